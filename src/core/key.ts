@@ -1,0 +1,57 @@
+import { InvalidArgumentError, KeyInvalidError, KeyRequiredError } from './errors.js';
+
+/** Longest key accepted, in characters (code points), as the IETF Idempotency-Key draft suggests. */
+export const MAX_KEY_LENGTH = 255;
+/** Longest action or tenant name accepted, in characters. */
+export const MAX_NAME_LENGTH = 128;
+
+// Control, format, surrogate and unassigned code points: invisible or ambiguous in logs and headers.
+const NOT_PRINTABLE = /\p{C}/u;
+
+/** A part of a key: a business fact such as an order id, an operation name or a version. */
+export type KeyPart = string | number | bigint;
+
+/**
+ * Builds a key from business facts, joined with ':'. A ':' or '\' inside a part is escaped, so
+ * `keyFrom('a:b', 'c')` and `keyFrom('a', 'b', 'c')` never collide.
+ * @example keyFrom('ORD-10086', 'charge') // 'ORD-10086:charge'
+ */
+export function keyFrom(...parts: KeyPart[]): string {
+  if (parts.length === 0) throw new KeyRequiredError('keyFrom() needs at least one part');
+  const key = parts
+    .map((part, i) => {
+      if (typeof part === 'number' && !Number.isFinite(part))
+        throw new KeyInvalidError(`key part ${i} is not a finite number`);
+      if (typeof part !== 'string' && typeof part !== 'number' && typeof part !== 'bigint')
+        throw new KeyInvalidError(
+          `key part ${i} must be a string, number or bigint, got ${part === null ? 'null' : typeof part}`,
+        );
+      const text = String(part);
+      if (text.length === 0) throw new KeyInvalidError(`key part ${i} is empty`);
+      return text.replace(/[\\:]/g, (c) => `\\${c}`);
+    })
+    .join(':');
+  return validateKey(key);
+}
+
+/** Checks a key: 1 to 255 printable characters. Returns it unchanged, or throws KEY_REQUIRED / KEY_INVALID. */
+export function validateKey(key: unknown): string {
+  if (key === undefined || key === null || key === '') throw new KeyRequiredError();
+  if (typeof key !== 'string') throw new KeyInvalidError(`a key must be a string, got ${typeof key}`);
+  const length = [...key].length;
+  if (length > MAX_KEY_LENGTH)
+    throw new KeyInvalidError(`a key must be at most ${MAX_KEY_LENGTH} characters, got ${length}`);
+  if (NOT_PRINTABLE.test(key))
+    throw new KeyInvalidError('a key must be printable text, without control or invisible characters');
+  if (key.trim().length === 0) throw new KeyInvalidError('a key must not be only whitespace');
+  return key;
+}
+
+/** Checks an action or tenant name: 1 to 128 printable characters. */
+export function validateName(value: unknown, what: 'action' | 'tenant'): string {
+  if (typeof value !== 'string' || value.trim().length === 0)
+    throw new InvalidArgumentError(`${what} must be a non-empty string`);
+  if ([...value].length > MAX_NAME_LENGTH || NOT_PRINTABLE.test(value))
+    throw new InvalidArgumentError(`${what} must be at most ${MAX_NAME_LENGTH} printable characters`);
+  return value;
+}

@@ -1,0 +1,85 @@
+/**
+ * The life of one key. `in_progress` holds a lease and a fencing token; `succeeded` and `failed`
+ * answer replays until they expire; `released` is a key whose last attempt failed transiently and
+ * may be claimed again; `unknown` is a claim whose holder vanished under the 'hold' policy.
+ */
+export type RecordState = 'in_progress' | 'succeeded' | 'failed' | 'released' | 'unknown';
+
+/** Identifies a record: a key is unique within its tenant and action. */
+export interface RecordId {
+  tenant: string;
+  action: string;
+  key: string;
+}
+
+/** A record as stores keep it. Times are epoch milliseconds; `expiresAt` null means permanent. */
+export interface StoredRecord extends RecordId {
+  state: RecordState;
+  /** SHA-256 of the canonical input of the claim. */
+  fingerprint: string;
+  /** Fencing token: grows with every new holder, so a late holder's writes are refused. */
+  fence: number;
+  /** Executions started for this key, across takeovers and released failures. */
+  attempts: number;
+  /** While in_progress: when the claim lapses unless renewed. */
+  leaseUntil: number | null;
+  /** JSON text of the stored outcome (see engine/outcome.ts), null until finished. */
+  result: string | null;
+  /** One per business intent, kept across retries. */
+  traceId: string;
+  createdAt: number;
+  updatedAt: number;
+  completedAt: number | null;
+  expiresAt: number | null;
+}
+
+/** The fields of a record a caller may see; the raw stored result stays inside. */
+export type PublicRecord = Omit<StoredRecord, 'result'>;
+
+/** Strips the stored result from a record. */
+export function publicRecord(record: StoredRecord): PublicRecord {
+  const { result: _result, ...rest } = record;
+  return rest;
+}
+
+/** What to do when an in_progress claim's lease ran out without a completion. */
+export type LeaseExpiredPolicy = 'retry' | 'hold';
+
+/** What a caller must do, given the record found for its key. */
+export type Decision =
+  | { kind: 'replay' }
+  | { kind: 'key_reused' }
+  | { kind: 'in_progress'; retryAfterMs: number }
+  | { kind: 'unknown' }
+  | { kind: 'mark_unknown' }
+  | { kind: 'take_over' }
+  | { kind: 'start_fresh' };
+
+/** True when a finished or released record no longer answers for its key. */
+export function isExpired(record: StoredRecord, now: number): boolean {
+  if (record.state === 'in_progress' || record.state === 'unknown') return false;
+  return record.expiresAt !== null && record.expiresAt <= now;
+}
+
+/**
+ * The single rule of oncely: given the record stored for a key and a new request for it, what now.
+ * Pure: the store's conditional writes make the chosen transition atomic.
+ */
+export function decide(record: StoredRecord, fingerprint: string, policy: LeaseExpiredPolicy, now: number): Decision {
+  if (isExpired(record, now)) return { kind: 'start_fresh' };
+  // A released key holds no outcome, so any input may claim it.
+  if (record.state === 'released') return { kind: 'take_over' };
+  if (record.fingerprint !== fingerprint) return { kind: 'key_reused' };
+  switch (record.state) {
+    case 'succeeded':
+    case 'failed':
+      return { kind: 'replay' };
+    case 'unknown':
+      return { kind: 'unknown' };
+    case 'in_progress': {
+      const remaining = (record.leaseUntil ?? 0) - now;
+      if (remaining > 0) return { kind: 'in_progress', retryAfterMs: Math.min(Math.max(remaining, 10), 1_000) };
+      return policy === 'hold' ? { kind: 'mark_unknown' } : { kind: 'take_over' };
+    }
+  }
+}
