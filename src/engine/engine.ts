@@ -1,0 +1,374 @@
+import { randomUUID } from 'node:crypto';
+import {
+  InProgressError,
+  InvalidArgumentError,
+  KeyReusedError,
+  LeaseLostError,
+  OncelyError,
+  OutcomeUnknownError,
+  StoreUnavailableError,
+} from '../core/errors.js';
+import { fingerprint } from '../core/fingerprint.js';
+import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
+import { decide, type PublicRecord, publicRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import type { RecordPatch, RecordStore } from '../store.js';
+import { createContext, type RunContext } from './context.js';
+import { LeaseKeeper } from './lease.js';
+import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
+import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
+
+/** Options of `createOncely`. */
+export interface OncelyOptions {
+  /** Where records live: `sqliteStore()`, `postgresStore()`, `redisStore()`. */
+  store: RecordStore;
+  /** Tenant used when a call names none. Default 'default'. */
+  tenant?: string;
+  /** Options applied to every action unless `wrap` or `run` override them. */
+  defaults?: ActionOptions;
+}
+
+/** One business intent to run once. */
+export interface RunRequest<I = unknown> extends ActionOptions {
+  /** What the key does, e.g. 'charge'. A key is unique within (tenant, action). */
+  action: string;
+  /** The business key, e.g. keyFrom('ORD-10086', 'charge'). */
+  key: string;
+  /** The input; its canonical SHA-256 must match on every duplicate. */
+  input?: I;
+  /** Overrides the instance tenant for this call (the authenticated principal, account or API key). */
+  tenant?: string;
+  /** A caller's open transaction to join (SQLite and PostgreSQL stores). */
+  tx?: unknown;
+}
+
+/** What `run` returns: the value, whether it was replayed, and the record. */
+export interface RunResult<T> {
+  value: T;
+  replayed: boolean;
+  record: PublicRecord;
+}
+
+/** Options of `wrap`: the action, how to build the key from the input, and per-action policies. */
+export interface WrapOptions<I> extends ActionOptions {
+  action: string;
+  /** Builds the key from the input: a string, or parts joined by `keyFrom`. */
+  key: (input: I) => string | KeyPart[];
+  /** The tenant of a call, fixed or from the input. */
+  tenant?: string | ((input: I) => string);
+}
+
+/** How a person or reconciler settles an `unknown` record. */
+export type Resolution = { value: unknown } | { error: { name?: string; message: string; code?: string } } | 'retry';
+
+const WAIT_POLL_MIN_MS = 10;
+const WAIT_POLL_MAX_MS = 250;
+const PURGE_BATCH = 500;
+const OPTION_NAMES = ['ttl', 'lease', 'wait', 'onError', 'onLeaseExpired', 'maxResultBytes'] as const;
+
+/**
+ * The idempotency engine: claim a key, execute once, store the outcome, replay it to duplicates.
+ * @example
+ * const once = await createOncely({ store: sqliteStore(), tenant: 'acme' });
+ * const r = await once.run({ action: 'charge', key: keyFrom('ORD-10086', 'charge'), input }, (ctx) => charge(input, ctx.idempotencyKey));
+ */
+export class Oncely {
+  private readonly store: RecordStore;
+  private readonly tenant: string;
+  private readonly defaults: ActionOptions | undefined;
+  private readonly resolvedDefaults: ResolvedOptions;
+  private closed = false;
+
+  constructor(options: OncelyOptions) {
+    if (!options?.store) throw new InvalidArgumentError('createOncely needs a store, e.g. sqliteStore()');
+    this.store = options.store;
+    this.tenant = validateName(options.tenant ?? 'default', 'tenant');
+    this.defaults = options.defaults;
+    this.resolvedDefaults = resolveOptions(options.defaults);
+  }
+
+  /** Runs `fn` once for (tenant, action, key); duplicates get the stored outcome with `replayed: true`. */
+  run<T, I = unknown>(request: RunRequest<I>, fn: (ctx: RunContext) => Promise<T> | T): Promise<RunResult<T>> {
+    const options = OPTION_NAMES.some((name) => request[name] !== undefined)
+      ? resolveOptions(this.defaults, request)
+      : this.resolvedDefaults;
+    return this.runResolved(request, options, fn);
+  }
+
+  /**
+   * Turns a function into its once-only form; the key comes from each input.
+   * @example const charge = once.wrap({ action: 'charge', key: (i) => [i.orderId, 'charge'] }, (i, ctx) => gateway.charge(i, ctx.idempotencyKey));
+   */
+  wrap<I, T>(
+    options: WrapOptions<I>,
+    fn: (input: I, ctx: RunContext) => Promise<T> | T,
+  ): (input: I, call?: { tenant?: string; tx?: unknown }) => Promise<RunResult<T>> {
+    const resolved = resolveOptions(this.defaults, options);
+    const action = validateName(options.action, 'action');
+    return (input, call) => {
+      const built = options.key(input);
+      const key = Array.isArray(built) ? keyFrom(...built) : built;
+      const tenant = call?.tenant ?? (typeof options.tenant === 'function' ? options.tenant(input) : options.tenant);
+      return this.runResolved({ action, key, input, tenant, tx: call?.tx }, resolved, (ctx) => fn(input, ctx));
+    };
+  }
+
+  /** Reads the record of a key in this (or the given) tenant, or null. */
+  async get(
+    action: string,
+    key: string,
+    options: { tenant?: string; tx?: unknown } = {},
+  ): Promise<PublicRecord | null> {
+    this.assertOpen();
+    const id = this.recordId(action, key, options.tenant);
+    const record = await this.call(() => this.store.get(id, options.tx));
+    return record && publicRecord(record);
+  }
+
+  /**
+   * Settles a record whose outcome is unknown (or whose lease ran out): store a value, store an
+   * error, or release the key ('retry') so the next caller executes again.
+   */
+  async resolve(
+    action: string,
+    key: string,
+    resolution: Resolution,
+    options: { tenant?: string; ttl?: ActionOptions['ttl'] } = {},
+  ): Promise<PublicRecord> {
+    this.assertOpen();
+    const id = this.recordId(action, key, options.tenant);
+    const { ttlMs } = resolveOptions(this.defaults, { ttl: options.ttl });
+    const record = await this.call(() => this.store.get(id));
+    if (!record) throw new OncelyError('NOT_FOUND', `no record for key "${key}" of action "${action}"`);
+    const now = Date.now();
+    const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= now;
+    if (record.state !== 'unknown' && !stalled)
+      throw new OncelyError(
+        'NOT_RESOLVABLE',
+        `record is ${record.state}; only unknown or stalled records can be resolved`,
+        {
+          record: publicRecord(record),
+        },
+      );
+    const expiresAt = ttlMs === null ? null : now + ttlMs;
+    let patch: RecordPatch;
+    if (resolution === 'retry') patch = { state: 'released', leaseUntil: null, updatedAt: now, expiresAt };
+    else if ('value' in resolution)
+      patch = {
+        state: 'succeeded',
+        result: encodeValue(resolution.value),
+        leaseUntil: null,
+        completedAt: now,
+        updatedAt: now,
+        expiresAt,
+      };
+    else
+      patch = {
+        state: 'failed',
+        result: encodeError(resolution.error),
+        leaseUntil: null,
+        completedAt: now,
+        updatedAt: now,
+        expiresAt,
+      };
+    const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
+    if (!(await this.call(() => this.store.update(id, expect, patch))))
+      throw new OncelyError('NOT_RESOLVABLE', 'the record changed while resolving it; read it again');
+    return publicRecord({ ...record, ...patch });
+  }
+
+  /** Deletes expired records in batches of `batchSize`; returns how many were deleted. */
+  async purgeExpired(options: { batchSize?: number } = {}): Promise<number> {
+    this.assertOpen();
+    const batchSize = options.batchSize ?? PURGE_BATCH;
+    if (!Number.isInteger(batchSize) || batchSize <= 0)
+      throw new InvalidArgumentError('batchSize must be a positive integer');
+    const now = Date.now();
+    let total = 0;
+    for (;;) {
+      const deleted = await this.call(() => this.store.purgeExpired(now, batchSize));
+      total += deleted;
+      if (deleted < batchSize) return total;
+    }
+  }
+
+  /** Closes the store's own connections; later calls fail with CLOSED. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.store.close();
+  }
+
+  private async runResolved<T>(
+    request: RunRequest,
+    options: ResolvedOptions,
+    fn: (ctx: RunContext) => Promise<T> | T,
+  ): Promise<RunResult<T>> {
+    this.assertOpen();
+    const id = this.recordId(request.action, validateKey(request.key), request.tenant);
+    const print = fingerprint(request.input);
+    const { tx } = request;
+    const deadline = options.waitMs > 0 ? Date.now() + options.waitMs : 0;
+    let poll = WAIT_POLL_MIN_MS;
+    for (;;) {
+      const now = Date.now();
+      const fresh: StoredRecord = {
+        ...id,
+        state: 'in_progress',
+        fingerprint: print,
+        fence: 1,
+        attempts: 1,
+        leaseUntil: now + options.leaseMs,
+        result: null,
+        traceId: randomUUID(),
+        createdAt: now,
+        updatedAt: now,
+        completedAt: null,
+        expiresAt: options.ttlMs === null ? null : now + options.ttlMs,
+      };
+      const found = await this.call(() => this.store.insertOrGet(fresh, tx));
+      if (found.inserted) return this.execute(found.record, options, tx, fn);
+      const record = found.record;
+      const decision = decide(record, print, options.onLeaseExpired, now);
+      const seen = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
+      switch (decision.kind) {
+        case 'replay':
+          return this.replay(record);
+        case 'key_reused':
+          throw new KeyReusedError(publicRecord(record));
+        case 'unknown':
+          throw new OutcomeUnknownError(publicRecord(record));
+        case 'mark_unknown': {
+          const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: now };
+          if (await this.call(() => this.store.update(id, seen, patch, tx)))
+            throw new OutcomeUnknownError(publicRecord({ ...record, ...patch }));
+          continue;
+        }
+        case 'take_over':
+        case 'start_fresh': {
+          // A takeover keeps the intent's trace and attempt count; an expired key starts a new life.
+          const claimed: StoredRecord =
+            decision.kind === 'take_over'
+              ? { ...fresh, traceId: record.traceId, createdAt: record.createdAt, attempts: record.attempts + 1 }
+              : { ...fresh };
+          claimed.fence = record.fence + 1;
+          const { tenant: _t, action: _a, key: _k, ...patch } = claimed;
+          if (await this.call(() => this.store.update(id, seen, patch, tx)))
+            return this.execute(claimed, options, tx, fn);
+          continue;
+        }
+        case 'in_progress': {
+          const left = deadline - Date.now();
+          if (left <= 0) throw new InProgressError(publicRecord(record), decision.retryAfterMs);
+          await sleep(Math.min(poll, left, decision.retryAfterMs));
+          poll = Math.min(poll * 2, WAIT_POLL_MAX_MS);
+          continue;
+        }
+      }
+    }
+  }
+
+  private async execute<T>(
+    record: StoredRecord,
+    options: ResolvedOptions,
+    tx: unknown,
+    fn: (ctx: RunContext) => Promise<T> | T,
+  ): Promise<RunResult<T>> {
+    // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
+    const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs) : undefined;
+    const ctx = createContext(record, keeper?.controller.signal ?? new AbortController().signal);
+    const holder = { fence: record.fence, states: ['in_progress', 'unknown'] as const };
+    let value: T;
+    try {
+      value = await fn(ctx);
+    } catch (error) {
+      keeper?.stop();
+      const now = Date.now();
+      const expiresAt = options.ttlMs === null ? null : now + options.ttlMs;
+      if (storesError(options.onError, error)) {
+        const patch: RecordPatch = {
+          state: 'failed',
+          result: encodeError(error),
+          leaseUntil: null,
+          completedAt: now,
+          updatedAt: now,
+          expiresAt,
+        };
+        if (!(await this.call(() => this.store.update(record, holder, patch, tx))))
+          throw new LeaseLostError(record.key, record.action);
+      } else {
+        const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: now, expiresAt };
+        // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
+        await this.store.update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx).catch(() => false);
+      }
+      throw error;
+    }
+    keeper?.stop();
+    const now = Date.now();
+    const expiresAt = options.ttlMs === null ? null : now + options.ttlMs;
+    const result = encodeValue(value);
+    if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
+      // The effect happened; storing it as a failure keeps it from happening again.
+      const error = new OncelyError(
+        'RESULT_TOO_LARGE',
+        `result is larger than maxResultBytes (${options.maxResultBytes})`,
+      );
+      const patch: RecordPatch = {
+        state: 'failed',
+        result: encodeError(error),
+        leaseUntil: null,
+        completedAt: now,
+        updatedAt: now,
+        expiresAt,
+      };
+      await this.call(() => this.store.update(record, holder, patch, tx));
+      throw error;
+    }
+    const patch: RecordPatch = {
+      state: 'succeeded',
+      result,
+      leaseUntil: null,
+      completedAt: now,
+      updatedAt: now,
+      expiresAt,
+    };
+    if (!(await this.call(() => this.store.update(record, holder, patch, tx))))
+      throw new LeaseLostError(record.key, record.action);
+    return { value: decodeValue<T>(result), replayed: false, record: publicRecord({ ...record, ...patch }) };
+  }
+
+  private replay<T>(record: StoredRecord): RunResult<T> {
+    const pub = publicRecord(record);
+    if (record.state === 'failed') throw decodeError(record.result, pub);
+    return { value: decodeValue<T>(record.result), replayed: true, record: pub };
+  }
+
+  private recordId(action: string, key: string, tenant: string | undefined): RecordId {
+    return {
+      tenant: tenant === undefined ? this.tenant : validateName(tenant, 'tenant'),
+      action: validateName(action, 'action'),
+      key: validateKey(key),
+    };
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new OncelyError('CLOSED', 'this oncely instance is closed');
+  }
+
+  /** Store failures become STORE_UNAVAILABLE; oncely's own errors pass through. */
+  private async call<R>(operation: () => Promise<R>): Promise<R> {
+    try {
+      return await operation();
+    } catch (error) {
+      throw error instanceof OncelyError ? error : new StoreUnavailableError(error);
+    }
+  }
+}
+
+/** Creates an engine on a store. */
+export async function createOncely(options: OncelyOptions): Promise<Oncely> {
+  return new Oncely(options);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,43 @@
+import { OncelyError } from '../core/errors.js';
+import type { PublicRecord } from '../core/record.js';
+
+/** What a stored failure keeps of the original error, so replays can rebuild it. */
+export interface StoredError {
+  name: string;
+  message: string;
+  code: string;
+}
+
+// Results are wrapped ({ v } or { e }) so `undefined` and `null` values both survive a replay.
+type Outcome = { v?: unknown } | { e: StoredError };
+
+/** JSON text of a successful value. */
+export function encodeValue(value: unknown): string {
+  return JSON.stringify({ v: value } satisfies Outcome);
+}
+
+/** JSON text of a failure: name, message and code of the error, never its stack. */
+export function encodeError(error: unknown): string {
+  const e = error as { name?: unknown; message?: unknown; code?: unknown };
+  const stored: StoredError = {
+    name: typeof e?.name === 'string' ? e.name : 'Error',
+    message: typeof e?.message === 'string' ? e.message : String(error),
+    code: typeof e?.code === 'string' || typeof e?.code === 'number' ? String(e.code) : 'ACTION_FAILED',
+  };
+  return JSON.stringify({ e: stored } satisfies Outcome);
+}
+
+/** The value stored by encodeValue. */
+export function decodeValue<T>(text: string | null): T {
+  const outcome = JSON.parse(text ?? '{}') as { v?: T };
+  return outcome.v as T;
+}
+
+/** The error a replay of a stored failure throws: original name, message and code, `replayed: true`. */
+export function decodeError(text: string | null, record: PublicRecord): OncelyError {
+  const outcome = JSON.parse(text ?? '{}') as { e?: StoredError };
+  const stored = outcome.e ?? { name: 'Error', message: 'stored failure', code: 'ACTION_FAILED' };
+  const error = new OncelyError(stored.code, stored.message, { record, replayed: true });
+  error.name = stored.name;
+  return error;
+}

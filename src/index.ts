@@ -1,0 +1,28 @@
+export { type Duration, type Ttl, toMs } from './core/duration.js';
+export {
+  type ErrorCode,
+  InProgressError,
+  InvalidArgumentError,
+  KeyInvalidError,
+  KeyRequiredError,
+  KeyReusedError,
+  LeaseLostError,
+  OncelyError,
+  OutcomeUnknownError,
+  StoreUnavailableError,
+} from './core/errors.js';
+export { canonicalJson, fingerprint } from './core/fingerprint.js';
+export { type KeyPart, keyFrom, MAX_KEY_LENGTH, validateKey } from './core/key.js';
+export type { LeaseExpiredPolicy, PublicRecord, RecordId, RecordState, StoredRecord } from './core/record.js';
+export type { RunContext } from './engine/context.js';
+export {
+  createOncely,
+  Oncely,
+  type OncelyOptions,
+  type Resolution,
+  type RunRequest,
+  type RunResult,
+  type WrapOptions,
+} from './engine/engine.js';
+export type { ActionOptions, ErrorPolicy } from './engine/options.js';
+export type { Expectation, InsertResult, RecordPatch, RecordStore } from './store.js';

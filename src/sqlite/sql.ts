@@ -1,0 +1,80 @@
+import type { Expectation, RecordPatch } from '../store.js';
+
+/** The records table; one per database file. */
+export const TABLE = 'oncely_records';
+
+/** Versioned schema steps; a step never changes once released, new ones are appended. */
+export const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE IF NOT EXISTS ${TABLE} (
+    tenant TEXT NOT NULL,
+    action TEXT NOT NULL,
+    key TEXT NOT NULL,
+    state TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    fence INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    lease_until INTEGER,
+    result TEXT,
+    trace_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    completed_at INTEGER,
+    expires_at INTEGER,
+    PRIMARY KEY (tenant, action, key)
+  ) WITHOUT ROWID;
+  CREATE INDEX IF NOT EXISTS ${TABLE}_expires ON ${TABLE} (expires_at) WHERE expires_at IS NOT NULL;`,
+];
+
+/** Record fields and their columns: the only identifiers that ever reach SQL. */
+export const COLUMNS = {
+  tenant: 'tenant',
+  action: 'action',
+  key: 'key',
+  state: 'state',
+  fingerprint: 'fingerprint',
+  fence: 'fence',
+  attempts: 'attempts',
+  leaseUntil: 'lease_until',
+  result: 'result',
+  traceId: 'trace_id',
+  createdAt: 'created_at',
+  updatedAt: 'updated_at',
+  completedAt: 'completed_at',
+  expiresAt: 'expires_at',
+} as const;
+
+type Field = keyof typeof COLUMNS;
+const FIELDS = Object.keys(COLUMNS) as Field[];
+const SELECT_LIST = FIELDS.map((f) => (COLUMNS[f] === f ? f : `${COLUMNS[f]} AS ${f}`)).join(', ');
+const ID = 'tenant = @tenant AND action = @action AND key = @key';
+
+/** Reads one record by id, columns aliased to record fields. */
+export const SELECT = `SELECT ${SELECT_LIST} FROM ${TABLE} WHERE ${ID}`;
+
+/** Inserts a record unless its id exists; the primary key decides. */
+export const INSERT = `INSERT INTO ${TABLE} (${FIELDS.map((f) => COLUMNS[f]).join(', ')})
+  VALUES (${FIELDS.map((f) => `@${f}`).join(', ')}) ON CONFLICT DO NOTHING`;
+
+/** Deletes up to @limit expired records that no one holds and no one must still decide. */
+export const PURGE = `DELETE FROM ${TABLE} WHERE (tenant, action, key) IN (
+  SELECT tenant, action, key FROM ${TABLE}
+  WHERE expires_at IS NOT NULL AND expires_at <= @now AND state <> 'unknown'
+    AND (state <> 'in_progress' OR lease_until <= @now)
+  LIMIT @limit)`;
+
+/** A conditional update for one patch shape; parameters are the patch fields, the id and `e_*` expectations. */
+export function conditionalUpdate(patch: RecordPatch, expect: Expectation): string {
+  const sets = Object.keys(patch).map((f) => {
+    const column = COLUMNS[f as Field];
+    if (!column || f === 'tenant' || f === 'action' || f === 'key') throw new Error(`not a record field: ${f}`);
+    return `${column} = @${f}`;
+  });
+  const states = expect.states.map((_, i) => `@e_state${i}`).join(', ');
+  const lease = 'leaseUntil' in expect ? ' AND lease_until IS @e_lease' : '';
+  return `UPDATE ${TABLE} SET ${sets.join(', ')} WHERE ${ID} AND fence = @e_fence AND state IN (${states})${lease}`;
+}
+
+/** The cache key of the statement `conditionalUpdate` builds for this shape. */
+export function updateShape(patch: RecordPatch, expect: Expectation): string {
+  return `${Object.keys(patch).join(',')}|${expect.states.length}|${'leaseUntil' in expect ? 'L' : ''}`;
+}

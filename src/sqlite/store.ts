@@ -1,0 +1,221 @@
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { InvalidArgumentError } from '../core/errors.js';
+import type { RecordId, StoredRecord } from '../core/record.js';
+import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
+import { conditionalUpdate, INSERT, MIGRATIONS, PURGE, SELECT, updateShape } from './sql.js';
+
+/** The few better-sqlite3 members oncely uses, so a caller's Database can be passed as `tx`. */
+export interface SqliteDatabase {
+  prepare(sql: string): SqliteStatement;
+  exec(sql: string): unknown;
+  pragma(source: string, options?: { simple?: boolean }): unknown;
+  close(): unknown;
+  readonly inTransaction: boolean;
+}
+
+interface SqliteStatement {
+  run(...params: unknown[]): { changes: number };
+  get(...params: unknown[]): unknown;
+}
+
+/** Options of `sqliteStore`. */
+export interface SqliteStoreOptions {
+  /** Database file; ':memory:' for a private in-memory database. Default './.oncely/oncely.db'. */
+  path?: string;
+  /** An open better-sqlite3 Database to use instead of opening `path`; it is not closed by close(). */
+  database?: SqliteDatabase;
+  /** 'full' (default) survives power loss; 'normal' may lose the last commits on power loss, not on a crash. */
+  durability?: 'full' | 'normal';
+  /** How long a writer waits for another process's write lock, in ms. Default 5000. */
+  busyTimeoutMs?: number;
+}
+
+interface Statements {
+  select: SqliteStatement;
+  insert: SqliteStatement;
+  purge: SqliteStatement;
+  updates: Map<string, SqliteStatement>;
+}
+
+interface Pending {
+  apply(): unknown;
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
+const prepared = new WeakMap<SqliteDatabase, Statements>();
+
+/**
+ * Records in an embedded SQLite file, shared safely by the processes of one host (WAL, busy
+ * timeout, write lock per commit). Concurrent writes from one process are committed together
+ * (group commit), so a burst pays one fsync instead of one per statement.
+ */
+export class SqliteStore implements RecordStore {
+  readonly kind = 'sqlite';
+  private readonly db: SqliteDatabase;
+  private readonly owned: boolean;
+  private queue: Pending[] = [];
+  private flushScheduled = false;
+
+  constructor(options: SqliteStoreOptions = {}) {
+    const { path = './.oncely/oncely.db', database, durability = 'full', busyTimeoutMs = 5_000 } = options;
+    if (durability !== 'full' && durability !== 'normal')
+      throw new InvalidArgumentError("durability must be 'full' or 'normal'");
+    if (database) {
+      this.db = database;
+      this.owned = false;
+    } else {
+      if (path !== ':memory:' && !path.startsWith('file:')) mkdirSync(dirname(path), { recursive: true });
+      this.db = new Database(path) as unknown as SqliteDatabase;
+      this.owned = true;
+    }
+    this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(busyTimeoutMs))}`);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma(`synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`);
+    this.statements(this.db);
+  }
+
+  async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
+    const db = this.target(tx);
+    const s = this.statements(db);
+    // Reading first keeps replays off the write lock; the insert below still decides who claims.
+    const existing = s.select.get(record) as StoredRecord | undefined;
+    if (existing) return { inserted: false, record: existing };
+    const attempt = (): InsertResult => {
+      if (s.insert.run(record).changes === 1) return { inserted: true, record };
+      const winner = s.select.get(record) as StoredRecord | undefined;
+      if (!winner) throw new Error('record vanished between insert and read');
+      return { inserted: false, record: winner };
+    };
+    return tx === undefined ? this.enqueue(attempt) : attempt();
+  }
+
+  async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
+    const db = this.target(tx);
+    const statement = this.updateStatement(db, patch, expect);
+    const params: Record<string, unknown> = {
+      ...patch,
+      tenant: id.tenant,
+      action: id.action,
+      key: id.key,
+      e_fence: expect.fence,
+    };
+    expect.states.forEach((state, i) => {
+      params[`e_state${i}`] = state;
+    });
+    if ('leaseUntil' in expect) params.e_lease = expect.leaseUntil ?? null;
+    const attempt = () => statement.run(params).changes === 1;
+    return tx === undefined ? this.enqueue(attempt) : attempt();
+  }
+
+  async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
+    const db = this.target(tx);
+    return (this.statements(db).select.get(pick(id)) as StoredRecord | undefined) ?? null;
+  }
+
+  async purgeExpired(now: number, limit: number): Promise<number> {
+    return this.enqueue(() => this.statements(this.db).purge.run({ now, limit }).changes);
+  }
+
+  async close(): Promise<void> {
+    this.flush();
+    if (this.owned) this.db.close();
+  }
+
+  /** Queues a write for the next group commit. */
+  private enqueue<R>(apply: () => R): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.queue.push({ apply, resolve: resolve as (value: unknown) => void, reject });
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  /** Commits every queued write in one transaction; each caller gets its own result or error. */
+  private flush(): void {
+    this.flushScheduled = false;
+    const batch = this.queue;
+    if (batch.length === 0) return;
+    this.queue = [];
+    const results: { ok: boolean; value: unknown }[] = [];
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      for (const item of batch) {
+        try {
+          results.push({ ok: true, value: item.apply() });
+        } catch (error) {
+          results.push({ ok: false, value: error });
+        }
+      }
+      this.db.exec('COMMIT');
+    } catch (error) {
+      if (this.db.inTransaction) this.db.exec('ROLLBACK');
+      for (const item of batch) item.reject(error);
+      return;
+    }
+    batch.forEach((item, i) => {
+      const result = results[i];
+      if (result?.ok) item.resolve(result.value);
+      else item.reject(result?.value);
+    });
+  }
+
+  private target(tx: unknown): SqliteDatabase {
+    if (tx === undefined) return this.db;
+    const db = tx as SqliteDatabase;
+    if (typeof db?.prepare !== 'function' || typeof db.inTransaction !== 'boolean')
+      throw new InvalidArgumentError('tx must be a better-sqlite3 Database with an open transaction');
+    if (!db.inTransaction) throw new InvalidArgumentError('tx must have an open transaction (call BEGIN first)');
+    return db;
+  }
+
+  private statements(db: SqliteDatabase): Statements {
+    let s = prepared.get(db);
+    if (!s) {
+      migrate(db);
+      s = { select: db.prepare(SELECT), insert: db.prepare(INSERT), purge: db.prepare(PURGE), updates: new Map() };
+      prepared.set(db, s);
+    }
+    return s;
+  }
+
+  private updateStatement(db: SqliteDatabase, patch: RecordPatch, expect: Expectation): SqliteStatement {
+    const s = this.statements(db);
+    const shape = updateShape(patch, expect);
+    let statement = s.updates.get(shape);
+    if (!statement) {
+      statement = db.prepare(conditionalUpdate(patch, expect));
+      s.updates.set(shape, statement);
+    }
+    return statement;
+  }
+}
+
+/**
+ * Applies missing schema steps. Under BEGIN IMMEDIATE so processes opening one file at once take
+ * turns; inside a caller's open transaction the steps join it instead.
+ */
+function migrate(db: SqliteDatabase): void {
+  const own = !db.inTransaction;
+  if (own) db.exec('BEGIN IMMEDIATE');
+  try {
+    db.exec('CREATE TABLE IF NOT EXISTS oncely_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)');
+    const row = db.prepare('SELECT MAX(version) AS v FROM oncely_migrations').get() as { v: number | null };
+    for (let version = (row.v ?? 0) + 1; version <= MIGRATIONS.length; version++) {
+      db.exec(MIGRATIONS[version - 1] as string);
+      db.prepare('INSERT INTO oncely_migrations (version, applied_at) VALUES (?, ?)').run(version, Date.now());
+    }
+    if (own) db.exec('COMMIT');
+  } catch (error) {
+    if (own && db.inTransaction) db.exec('ROLLBACK');
+    throw error;
+  }
+}
+
+function pick(id: RecordId): RecordId {
+  return { tenant: id.tenant, action: id.action, key: id.key };
+}
