@@ -223,7 +223,8 @@ export class Oncely {
         createdAt: now,
         updatedAt: now,
         completedAt: null,
-        expiresAt: options.ttlMs === null ? null : now + options.ttlMs,
+        // Under 'hold' a vanished claim must survive until someone decides, so it never expires.
+        expiresAt: options.ttlMs === null || options.onLeaseExpired === 'hold' ? null : now + options.ttlMs,
       };
       const found = await this.call(() => this.store.insertOrGet(fresh, tx));
       if (found.inserted) return this.execute(found.record, options, tx, fn);

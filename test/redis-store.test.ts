@@ -1,0 +1,231 @@
+import { once } from 'node:events';
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OncelyError } from '../src/core/errors.js';
+import type { RecordId, StoredRecord } from '../src/core/record.js';
+import { redisStore } from '../src/redis/index.js';
+import { recordKey } from '../src/redis/store.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from './support/redis.js';
+
+const prefix = freshPrefix();
+let redis: Awaited<ReturnType<typeof connectRedis>>;
+let n = 0;
+
+function record(overrides: Partial<StoredRecord> = {}): StoredRecord {
+  const now = Date.now();
+  return {
+    tenant: 't1',
+    action: 'charge',
+    key: `k-${++n}`,
+    state: 'in_progress',
+    fingerprint: 'fp-1',
+    fence: 1,
+    attempts: 1,
+    leaseUntil: now + 30_000,
+    result: null,
+    traceId: `trace-${n}`,
+    createdAt: now,
+    updatedAt: now,
+    completedAt: null,
+    expiresAt: now + 60_000,
+    ...overrides,
+  };
+}
+
+const pttl = (id: RecordId) => redis.pTTL(recordKey(prefix, id));
+
+beforeAll(async () => {
+  redis = await connectRedis();
+});
+
+afterAll(async () => {
+  await dropPrefix(redis, prefix);
+  await redis.close();
+});
+
+describe('redis store', () => {
+  it('inserts once and returns the existing record to a duplicate', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const first = record({ result: '{"ok":1}' });
+    expect(await store.insertOrGet(first)).toEqual({ inserted: true, record: first });
+    const again = await store.insertOrGet({ ...first, fingerprint: 'fp-2', fence: 9 });
+    expect(again).toEqual({ inserted: false, record: first });
+    expect(await store.get(first)).toEqual(first);
+    expect(await store.get({ ...first, key: 'absent' })).toBeNull();
+  });
+
+  it('lets exactly one of 200 concurrent inserts of one id win', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const base = record();
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => store.insertOrGet({ ...base, fingerprint: `fp-${i}` })),
+    );
+    const winners = results.filter((r) => r.inserted);
+    expect(winners).toHaveLength(1);
+    const winner = winners[0]?.record.fingerprint;
+    expect(results.every((r) => r.record.fingerprint === winner)).toBe(true);
+  });
+
+  it('applies an update only when fence, state and lease match', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const r = record({ fence: 3, leaseUntil: 1_000 });
+    await store.insertOrGet(r);
+    const done = { state: 'succeeded' as const, result: '{"v":1}', leaseUntil: null, completedAt: 2_000 };
+    expect(await store.update(r, { fence: 2, states: ['in_progress'] }, done)).toBe(false);
+    expect(await store.update(r, { fence: 3, states: ['released', 'unknown'] }, done)).toBe(false);
+    expect(await store.update(r, { fence: 3, states: ['in_progress'], leaseUntil: 999 }, done)).toBe(false);
+    expect(await store.update(r, { fence: 3, states: ['in_progress'], leaseUntil: null }, done)).toBe(false);
+    expect(await store.update({ ...r, key: 'absent' }, { fence: 3, states: ['in_progress'] }, done)).toBe(false);
+    expect(await store.get(r)).toEqual(r);
+
+    expect(await store.update(r, { fence: 3, states: ['released', 'in_progress'], leaseUntil: 1_000 }, done)).toBe(
+      true,
+    );
+    const after = await store.get(r);
+    expect(after).toEqual({ ...r, ...done });
+    expect(await redis.hExists(recordKey(prefix, r), 'leaseUntil')).toBe(0);
+
+    // A null expected lease matches an absent one, and a number does not.
+    expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: 5 }, { attempts: 2 })).toBe(false);
+    expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: null }, { attempts: 2 })).toBe(true);
+    expect((await store.get(r))?.attempts).toBe(2);
+  });
+
+  it('keeps ids apart when tenant, action or key contain the separator', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const a = record({ tenant: 'a:b', action: 'c', key: 'x' });
+    const b = record({ tenant: 'a', action: 'b:c', key: 'x' });
+    const c = record({ tenant: 'a', action: 'b', key: 'c:x' });
+    for (const r of [a, b, c]) expect((await store.insertOrGet(r)).inserted).toBe(true);
+    for (const r of [a, b, c]) expect((await store.get(r))?.traceId).toBe(r.traceId);
+  });
+
+  it('sets the Redis expiry from state, TTL and lease after every write', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const now = Date.now();
+    const near = (ms: number) => expect.toSatisfy((v: number) => Math.abs(v - ms) < 2_000);
+
+    const leased = record({ leaseUntil: now + 120_000, expiresAt: now + 60_000 });
+    await store.insertOrGet(leased);
+    expect(await pttl(leased)).toEqual(near(120_000));
+
+    const shortLease = record({ leaseUntil: now + 10_000, expiresAt: now + 60_000 });
+    await store.insertOrGet(shortLease);
+    expect(await pttl(shortLease)).toEqual(near(60_000));
+
+    const done = { state: 'succeeded' as const, leaseUntil: null, expiresAt: now + 30_000 };
+    await store.update(leased, { fence: 1, states: ['in_progress'] }, done);
+    expect(await pttl(leased)).toEqual(near(30_000));
+
+    await store.update(leased, { fence: 1, states: ['succeeded'] }, { expiresAt: null });
+    expect(await pttl(leased)).toBe(-1);
+
+    const permanent = record({ state: 'succeeded', leaseUntil: null, expiresAt: null });
+    await store.insertOrGet(permanent);
+    expect(await pttl(permanent)).toBe(-1);
+
+    const unknown = record({ state: 'unknown', leaseUntil: null, expiresAt: now + 30_000 });
+    await store.insertOrGet(unknown);
+    expect(await pttl(unknown)).toBe(-1);
+
+    await store.update(shortLease, { fence: 1, states: ['in_progress'] }, { state: 'unknown', leaseUntil: null });
+    expect(await pttl(shortLease)).toBe(-1);
+  });
+
+  it('lets Redis drop a record once its expiresAt has passed', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const r = record({ state: 'succeeded', leaseUntil: null, expiresAt: Date.now() + 50 });
+    await store.insertOrGet(r);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(await redis.exists(recordKey(prefix, r))).toBe(0);
+    expect(await store.get(r)).toBeNull();
+    expect(await store.purgeExpired(Date.now(), 100)).toBe(0);
+    expect((await store.insertOrGet(r)).inserted).toBe(true);
+  });
+
+  it('refuses to join a transaction', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const r = record();
+    for (const call of [
+      () => store.insertOrGet(r, {}),
+      () => store.update(r, { fence: 1, states: ['in_progress'] }, {}, {}),
+      () => store.get(r, null),
+    ]) {
+      await expect(call()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    }
+  });
+
+  it('rejects options with neither or both of url and client', () => {
+    expect(() => redisStore({} as never)).toThrow(OncelyError);
+    expect(() => redisStore({ url: REDIS_URL, client: redis } as never)).toThrow(OncelyError);
+  });
+
+  it('reloads its scripts after SCRIPT FLUSH, and works on a RESP2 client', async () => {
+    const resp2 = await connectRedis({ RESP: 2 });
+    try {
+      const store = redisStore({ client: resp2, prefix });
+      const r = record();
+      await store.insertOrGet(r);
+      await resp2.scriptFlush();
+      expect(await store.get(r)).toEqual(r);
+      expect((await store.insertOrGet(r)).record).toEqual(r);
+    } finally {
+      await resp2.close();
+    }
+  });
+
+  it('never closes a client it was given', async () => {
+    const store = redisStore({ client: redis, prefix });
+    await store.get(record());
+    await store.close();
+    expect(redis.isOpen).toBe(true);
+    expect(await redis.ping()).toBe('PONG');
+    await expect(store.get(record())).rejects.toMatchObject({ code: 'CLOSED' });
+  });
+
+  it('fails fast while Redis is down, then works once it is up, and after a dropped connection', async () => {
+    // A port nobody listens on, later served by a proxy to the real Redis.
+    const probe = net.createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const port = (probe.address() as net.AddressInfo).port;
+    await new Promise((resolve) => probe.close(resolve));
+
+    const store = redisStore({ url: `redis://127.0.0.1:${port}`, prefix });
+    const r = record();
+    const started = Date.now();
+    const failure = await store.insertOrGet(r).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(Error);
+    expect(failure).not.toBeInstanceOf(OncelyError);
+    expect((failure as NodeJS.ErrnoException).code).toBe('ECONNREFUSED');
+    await expect(store.get(r)).rejects.toThrow(/ECONNREFUSED/);
+    expect(Date.now() - started).toBeLessThan(2_000);
+
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((inbound) => {
+      const outbound = net.connect(6379, '127.0.0.1');
+      for (const s of [inbound, outbound]) {
+        sockets.add(s);
+        s.on('error', () => {});
+        s.on('close', () => sockets.delete(s));
+      }
+      inbound.pipe(outbound).pipe(inbound);
+    });
+    proxy.listen(port, '127.0.0.1');
+    await once(proxy, 'listening');
+    try {
+      expect((await store.insertOrGet(r)).inserted).toBe(true);
+
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(await store.get(r)).toEqual(r);
+    } finally {
+      await store.close();
+      proxy.close();
+      for (const s of sockets) s.destroy();
+    }
+
+    const good = redisStore({ url: REDIS_URL, prefix });
+    expect(await good.get(r)).toEqual(r);
+    await good.close();
+  });
+});

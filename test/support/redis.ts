@@ -1,0 +1,36 @@
+import { randomUUID } from 'node:crypto';
+import { createClient } from 'redis';
+import type { RedisClientLike } from '../../src/redis/index.js';
+
+/** The Redis the tests use; REDIS_URL overrides the local default. */
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A key prefix no other test run uses, so runs in parallel never see each other's records. */
+export function freshPrefix(): string {
+  return `oncely-test:${randomUUID().slice(0, 8)}:`;
+}
+
+/** A connected node-redis client that fails at once, instead of retrying, when Redis is down. */
+export async function connectRedis(options: { RESP?: 2 | 3 } = {}) {
+  const client = createClient({ url: REDIS_URL, socket: { reconnectStrategy: false }, ...options });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+/** Deletes every key under `prefix` (SCAN, then DEL), leaving the rest of the database alone. */
+export async function dropPrefix(client: RedisClientLike, prefix: string): Promise<number> {
+  // SCAN MATCH takes a glob: escape its special characters so the prefix matches literally.
+  const pattern = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`;
+  let cursor = '0';
+  let dropped = 0;
+  do {
+    const [next, keys] = (await client.sendCommand(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000'])) as [
+      string,
+      string[],
+    ];
+    cursor = String(next);
+    if (keys.length > 0) dropped += Number(await client.sendCommand(['DEL', ...keys.map(String)]));
+  } while (cursor !== '0');
+  return dropped;
+}
