@@ -1,0 +1,22 @@
+import type { RecordStore } from '../../src/index.js';
+import { postgresStore } from '../../src/postgres/index.js';
+import { redisStore } from '../../src/redis/index.js';
+import { sqliteStore } from '../../src/sqlite/index.js';
+
+/** How a child process finds the store its parent uses: serialisable, passed on the command line. */
+export type StoreSpec =
+  | { kind: 'sqlite'; path: string }
+  | { kind: 'postgres'; connectionString: string; schema: string }
+  | { kind: 'redis'; url: string; prefix: string };
+
+/** Opens the store a spec names. */
+export function openStore(spec: StoreSpec): RecordStore {
+  switch (spec.kind) {
+    case 'sqlite':
+      return sqliteStore({ path: spec.path });
+    case 'postgres':
+      return postgresStore({ connectionString: spec.connectionString, schema: spec.schema });
+    case 'redis':
+      return redisStore({ url: spec.url, prefix: spec.prefix });
+  }
+}
