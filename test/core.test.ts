@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { toMs } from '../src/core/duration.js';
 import { stableUuid } from '../src/core/ids.js';
 import { decide, type StoredRecord } from '../src/core/record.js';
-import { canonicalJson, fingerprint, keyFrom, OncelyError, validateKey } from '../src/index.js';
+import { canonicalJson, fingerprint, keyFrom, type OncelyError, validateKey } from '../src/index.js';
 
 const code = (fn: () => unknown) => {
   try {
@@ -34,14 +34,17 @@ describe('keys', () => {
     expect(validateKey('ÖRDER-😀')).toBe('ÖRDER-😀');
     expect(validateKey('😀'.repeat(255))).toHaveLength(510);
     expect(code(() => validateKey('😀'.repeat(256)))).toBe('KEY_INVALID');
-    for (const bad of ['a\u0000b', 'tab\there', 'zero\u200bwidth', '   ', 12]) expect(code(() => validateKey(bad))).toBe('KEY_INVALID');
+    for (const bad of ['a\u0000b', 'tab\there', 'zero\u200bwidth', '   ', 12])
+      expect(code(() => validateKey(bad))).toBe('KEY_INVALID');
     for (const missing of ['', undefined, null]) expect(code(() => validateKey(missing))).toBe('KEY_REQUIRED');
   });
 });
 
 describe('fingerprints', () => {
   it('sort keys at every depth and drop undefined members', () => {
-    expect(canonicalJson({ b: 1, a: { d: [3, { z: 1, y: 2 }], c: undefined } })).toBe('{"a":{"d":[3,{"y":2,"z":1}]},"b":1}');
+    expect(canonicalJson({ b: 1, a: { d: [3, { z: 1, y: 2 }], c: undefined } })).toBe(
+      '{"a":{"d":[3,{"y":2,"z":1}]},"b":1}',
+    );
     expect(fingerprint({ a: 1, b: 2 })).toBe(fingerprint({ b: 2, a: 1 }));
     expect(fingerprint({ a: 1 })).not.toBe(fingerprint({ a: '1' }));
     expect(fingerprint(undefined)).toBe(fingerprint(null));
@@ -58,9 +61,14 @@ describe('fingerprints', () => {
 
 describe('durations', () => {
   it('reads numbers and unit strings as milliseconds', () => {
-    expect([toMs(250, 't'), toMs('250ms', 't'), toMs('30s', 't'), toMs('5m', 't'), toMs('24h', 't'), toMs('1.5d', 't')]).toEqual([
-      250, 250, 30_000, 300_000, 86_400_000, 129_600_000,
-    ]);
+    expect([
+      toMs(250, 't'),
+      toMs('250ms', 't'),
+      toMs('30s', 't'),
+      toMs('5m', 't'),
+      toMs('24h', 't'),
+      toMs('1.5d', 't'),
+    ]).toEqual([250, 250, 30_000, 300_000, 86_400_000, 129_600_000]);
   });
   it('rejects anything else with INVALID_ARGUMENT', () => {
     for (const bad of ['30', '5 minutes', '-1s', -5, Number.POSITIVE_INFINITY, 'permanent'])

@@ -56,7 +56,7 @@ export function describeProcesses(
         startWorker({ store: spec, mode: 'burst', action, key: 'ORD-1:sms', calls: 50, sink: sink.path }),
       );
       await Promise.all(workers.map((w) => w.waitFor('ready')));
-      for (const w of workers) w.child.stdin?.write('go\n');
+      for (const w of workers) w.child.stdin.write('go\n');
       const reports = await Promise.all(
         workers.map(
           async (w) =>

@@ -1,6 +1,5 @@
 import { rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { keyFrom } from '../core/key.js';
 import { createOncely } from '../engine/engine.js';
 import { sqliteStore } from '../sqlite/index.js';
 
@@ -25,7 +24,11 @@ export interface DemoReport {
  */
 export async function runDemo(path: string, print: (line: string) => void): Promise<DemoReport> {
   for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
-  const once = await createOncely({ store: sqliteStore({ path }), tenant: 'shop', defaults: { ttl: '24h', lease: '30s' } });
+  const once = await createOncely({
+    store: sqliteStore({ path }),
+    tenant: 'shop',
+    defaults: { ttl: '24h', lease: '30s' },
+  });
   // The SMS gateway and the ledger are tables in the same file, standing in for the real side effects.
   const db = new Database(path);
   db.exec(`CREATE TABLE sms_sent (id INTEGER PRIMARY KEY, phone TEXT, text TEXT, idempotency_key TEXT);
@@ -38,7 +41,9 @@ export async function runDemo(path: string, print: (line: string) => void): Prom
       const sms = db
         .prepare('INSERT INTO sms_sent (phone, text, idempotency_key) VALUES (?, ?, ?)')
         .run(event.phone, `Order ${event.orderId} is paid`, ctx.idempotencyKey);
-      const line = db.prepare('INSERT INTO ledger (order_id, amount_cents) VALUES (?, ?)').run(event.orderId, event.amountCents);
+      const line = db
+        .prepare('INSERT INTO ledger (order_id, amount_cents) VALUES (?, ?)')
+        .run(event.orderId, event.amountCents);
       return { smsId: Number(sms.lastInsertRowid), ledgerLine: Number(line.lastInsertRowid) };
     },
   );
@@ -49,7 +54,9 @@ export async function runDemo(path: string, print: (line: string) => void): Prom
   const report = (label: string, r: Awaited<ReturnType<typeof onOrderPaid>>) => {
     deliveries.push({ label, replayed: r.replayed });
     const what = r.replayed ? 'replayed' : 'executed';
-    print(`  ${label.padEnd(40)} ${what.padEnd(9)} sms #${r.value.smsId}, ledger line #${r.value.ledgerLine} (attempt ${r.record.attempts})`);
+    print(
+      `  ${label.padEnd(40)} ${what.padEnd(9)} sms #${r.value.smsId}, ledger line #${r.value.ledgerLine} (attempt ${r.record.attempts})`,
+    );
   };
   const [first, second] = await Promise.all([onOrderPaid(event), onOrderPaid({ ...event })]);
   report('delivery 1 (webhook)', first);
@@ -60,7 +67,9 @@ export async function runDemo(path: string, print: (line: string) => void): Prom
   const count = (table: string) => (db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
   const smsSent = count('sms_sent');
   const ledgerLines = count('ledger');
-  print(`SMS sent: ${smsSent}. Ledger lines: ${ledgerLines}. Executed once, replayed ${deliveries.filter((d) => d.replayed).length} times.`);
+  print(
+    `SMS sent: ${smsSent}. Ledger lines: ${ledgerLines}. Executed once, replayed ${deliveries.filter((d) => d.replayed).length} times.`,
+  );
   db.close();
   await once.close();
   return { deliveries, smsSent, ledgerLines };

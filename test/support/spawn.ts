@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
@@ -6,7 +6,7 @@ const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
 
 /** A worker process and the lines it printed, in order. */
 export interface Worker {
-  child: ChildProcess;
+  child: ChildProcessWithoutNullStreams;
   /** Resolves with the first printed line equal to `line` (or, for '{', the first JSON line). */
   waitFor(line: string): Promise<string>;
   /** Resolves when the process has exited, with its exit code or signal. */
@@ -15,16 +15,14 @@ export interface Worker {
 
 /** Starts test/support/worker.ts with a job, in its own Node process. */
 export function startWorker(job: object): Worker {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(job)], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(job)]);
   const seen: string[] = [];
   const waiters: { match: (l: string) => boolean; resolve: (l: string) => void }[] = [];
   let stderr = '';
-  child.stderr?.on('data', (chunk) => {
+  child.stderr.on('data', (chunk) => {
     stderr += chunk;
   });
-  createInterface({ input: child.stdout! }).on('line', (line) => {
+  createInterface({ input: child.stdout }).on('line', (line) => {
     seen.push(line);
     for (const w of [...waiters]) {
       if (w.match(line)) {

@@ -1,0 +1,104 @@
+/** Runs a batch of items as one statement; answers are in item order. */
+export type RunBatch<I, O> = (items: I[]) => Promise<O[]>;
+
+interface Waiting<I, O> {
+  item: I;
+  resolve: (value: O) => void;
+  reject: (error: unknown) => void;
+}
+
+/** How a batcher sizes its statements. */
+export interface BatcherOptions<I> {
+  /** Most items in one statement. */
+  maxBatch?: number;
+  /** Statements in flight at once; callers arriving meanwhile wait for the next one. */
+  maxInFlight?: number;
+  /** When a failed batch should be retried item by item, so one bad item fails only its caller. */
+  isolate?: (error: unknown) => boolean;
+  /** When given, a batch holds one item per key; later ones with that key wait for the next batch, in order. */
+  distinct?: (item: I) => string;
+}
+
+/**
+ * Coalesces concurrent calls into batches. Idle, a call is sent at once (after the current
+ * microtask, to catch callers of the same tick), so a lone caller waits for no timer; while a
+ * statement is in flight, calls accumulate and go together when it returns.
+ */
+export class Batcher<I, O> {
+  private queue: Waiting<I, O>[] = [];
+  private inFlight = 0;
+  private scheduled = false;
+  private readonly maxBatch: number;
+  private readonly maxInFlight: number;
+  private readonly isolate: (error: unknown) => boolean;
+  private readonly distinct: ((item: I) => string) | undefined;
+
+  /** Creates a batcher around `run`. */
+  constructor(
+    private readonly run: RunBatch<I, O>,
+    { maxBatch = 500, maxInFlight = 1, isolate = () => false, distinct }: BatcherOptions<I> = {},
+  ) {
+    this.distinct = distinct;
+    this.maxBatch = maxBatch;
+    this.maxInFlight = maxInFlight;
+    this.isolate = isolate;
+  }
+
+  /** Queues one item; resolves with its own answer. */
+  push(item: I): Promise<O> {
+    return new Promise<O>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.maxInFlight) return;
+    this.scheduled = true;
+    queueMicrotask(() => {
+      this.scheduled = false;
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
+      const batch = this.take();
+      this.inFlight++;
+      void this.send(batch).finally(() => {
+        this.inFlight--;
+        this.pump();
+      });
+    }
+  }
+
+  private take(): Waiting<I, O>[] {
+    if (!this.distinct) return this.queue.splice(0, this.maxBatch);
+    const batch: Waiting<I, O>[] = [];
+    const keys = new Set<string>();
+    const waiting: Waiting<I, O>[] = [];
+    for (const entry of this.queue) {
+      const key = this.distinct(entry.item);
+      if (batch.length < this.maxBatch && !keys.has(key)) batch.push(entry);
+      else waiting.push(entry);
+      keys.add(key);
+    }
+    this.queue = waiting;
+    return batch;
+  }
+
+  private async send(batch: Waiting<I, O>[]): Promise<void> {
+    try {
+      const answers = await this.run(batch.map((w) => w.item));
+      if (answers.length !== batch.length)
+        throw new Error(`batch returned ${answers.length} answers for ${batch.length}`);
+      for (const [i, w] of batch.entries()) w.resolve(answers[i] as O);
+    } catch (error) {
+      if (batch.length > 1 && this.isolate(error)) {
+        await Promise.all(batch.map((w) => this.send([w])));
+        return;
+      }
+      for (const w of batch) w.reject(error);
+    }
+  }
+}

@@ -1,0 +1,308 @@
+import { createHash } from 'node:crypto';
+import { InvalidArgumentError } from '../core/errors.js';
+import type { RecordId, StoredRecord } from '../core/record.js';
+import type { Expectation, RecordPatch } from '../store.js';
+
+/** A statement ready for `query(text, values)`. */
+export interface Query {
+  text: string;
+  values: unknown[];
+}
+
+/** Where the records live: validated identifiers, quoted once here. */
+export interface Names {
+  schema: string;
+  table: string;
+  /** `"schema"."table"` */
+  records: string;
+  /** `"schema"."migrations"` for the default table, `"schema"."<table>_migrations"` otherwise. */
+  ledger: string;
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Validates the schema and table names and builds the quoted names every statement uses. */
+export function names(schema: string, table: string): Names {
+  for (const [what, value] of [
+    ['schema', schema],
+    ['table', table],
+  ] as const) {
+    if (typeof value !== 'string' || !IDENTIFIER.test(value))
+      throw new InvalidArgumentError(
+        `postgres ${what} must be a lowercase identifier matching ${IDENTIFIER}, got ${JSON.stringify(value)}`,
+      );
+  }
+  // Two tables in one schema must not share a ledger, or the second would never be created.
+  const ledger = table === 'records' ? 'migrations' : `${table}_migrations`;
+  return { schema, table, records: `"${schema}"."${table}"`, ledger: `"${schema}"."${ledger}"` };
+}
+
+/** A row as pg returns it: bigint columns arrive as strings unless the pool parses them. */
+export interface RecordRow {
+  tenant: string;
+  action: string;
+  key: string;
+  state: string;
+  fingerprint: string;
+  fence: string | number;
+  attempts: string | number;
+  lease_until: string | number | null;
+  result: string | null;
+  trace_id: string;
+  created_at: string | number;
+  updated_at: string | number;
+  completed_at: string | number | null;
+  expires_at: string | number | null;
+}
+
+const nullableNumber = (value: string | number | null): number | null => (value === null ? null : Number(value));
+
+/** Converts a row to a record. */
+export function toRecord(row: RecordRow): StoredRecord {
+  return {
+    tenant: row.tenant,
+    action: row.action,
+    key: row.key,
+    state: row.state as StoredRecord['state'],
+    fingerprint: row.fingerprint,
+    fence: Number(row.fence),
+    attempts: Number(row.attempts),
+    leaseUntil: nullableNumber(row.lease_until),
+    result: row.result,
+    traceId: row.trace_id,
+    createdAt: Number(row.created_at),
+    updatedAt: Number(row.updated_at),
+    completedAt: nullableNumber(row.completed_at),
+    expiresAt: nullableNumber(row.expires_at),
+  };
+}
+
+type Column = readonly [field: string, column: string, type: 'text' | 'bigint' | 'int'];
+
+/**
+ * Fields a patch may set, with column and SQL type: the only names SQL is built from. Position i
+ * is bit 1 << i of a batched update's mask.
+ */
+const PATCHABLE = [
+  ['state', 'state', 'text'],
+  ['fingerprint', 'fingerprint', 'text'],
+  ['fence', 'fence', 'bigint'],
+  ['attempts', 'attempts', 'int'],
+  ['leaseUntil', 'lease_until', 'bigint'],
+  ['result', 'result', 'text'],
+  ['traceId', 'trace_id', 'text'],
+  ['createdAt', 'created_at', 'bigint'],
+  ['updatedAt', 'updated_at', 'bigint'],
+  ['completedAt', 'completed_at', 'bigint'],
+  ['expiresAt', 'expires_at', 'bigint'],
+] as const satisfies readonly (Column & readonly [keyof RecordPatch, string, string])[];
+
+/** Every record field in column order. */
+const FIELDS = [
+  ['tenant', 'tenant', 'text'],
+  ['action', 'action', 'text'],
+  ['key', 'key', 'text'],
+  ...PATCHABLE,
+] as const satisfies readonly (Column & readonly [keyof StoredRecord, string, string])[];
+
+const COLUMNS = FIELDS.map(([, column]) => column).join(', ');
+const SELECTED = FIELDS.map(([, column]) => `r.${column}`).join(', ');
+
+/** The patch's fields, checked against the whitelist; fields set to undefined are left alone. */
+export function patchMask(patch: RecordPatch): number {
+  let mask = 0;
+  for (const [field, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    const bit = PATCHABLE.findIndex(([name]) => name === field);
+    if (bit < 0) throw new InvalidArgumentError(`a record patch cannot set "${field}"`);
+    mask |= 1 << bit;
+  }
+  return mask;
+}
+
+/** Inserts one record unless its id exists; a returned row means it was inserted. */
+export function insertOne(n: Names, record: StoredRecord): Query {
+  const params = FIELDS.map(([, , type], i) => `$${i + 1}::${type}`).join(', ');
+  return {
+    text: `INSERT INTO ${n.records} (${COLUMNS}) VALUES (${params}) ON CONFLICT (tenant, action, key) DO NOTHING RETURNING key`,
+    values: FIELDS.map(([field]) => record[field]),
+  };
+}
+
+/** Inserts many records (distinct ids) in array order; returns the ids that were inserted. */
+export function insertMany(n: Names, records: readonly StoredRecord[]): Query {
+  const arrays = FIELDS.map(([, , type], i) => `$${i + 1}::${type}[]`).join(', ');
+  return {
+    // Array order is kept so every process inserts overlapping ids in the same order (no deadlock).
+    text: `INSERT INTO ${n.records} (${COLUMNS})
+SELECT ${COLUMNS} FROM unnest(${arrays}) WITH ORDINALITY AS v(${COLUMNS}, i) ORDER BY i
+ON CONFLICT (tenant, action, key) DO NOTHING RETURNING tenant, action, key`,
+    values: FIELDS.map(([field]) => records.map((record) => record[field])),
+  };
+}
+
+/** Reads one record. */
+export function selectOne(n: Names, id: RecordId): Query {
+  return {
+    text: `SELECT ${SELECTED} FROM ${n.records} r WHERE r.tenant = $1 AND r.action = $2 AND r.key = $3`,
+    values: [id.tenant, id.action, id.key],
+  };
+}
+
+/** Reads the records of many ids; missing ones return no row. */
+export function selectMany(n: Names, ids: readonly RecordId[]): Query {
+  return {
+    text: `SELECT ${SELECTED} FROM ${n.records} r
+JOIN unnest($1::text[], $2::text[], $3::text[]) AS v(tenant, action, key)
+ON r.tenant = v.tenant AND r.action = v.action AND r.key = v.key`,
+    values: [ids.map((id) => id.tenant), ids.map((id) => id.action), ids.map((id) => id.key)],
+  };
+}
+
+/** Applies one patch if the record matches the expectation; a returned row means it did. */
+export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: RecordPatch): Query {
+  const mask = patchMask(patch);
+  const values: unknown[] = [id.tenant, id.action, id.key, expect.fence, expect.states];
+  const sets = PATCHABLE.flatMap(([field, column, type], bit) => {
+    if ((mask & (1 << bit)) === 0) return [];
+    values.push(patch[field]);
+    return [`${column} = $${values.length}::${type}`];
+  });
+  // An empty patch is a pure compare: touch nothing, still report whether the row matched.
+  if (sets.length === 0) sets.push('fence = r.fence');
+  let where = 'r.tenant = $1 AND r.action = $2 AND r.key = $3 AND r.fence = $4 AND r.state = ANY($5::text[])';
+  if (expect.leaseUntil !== undefined) {
+    values.push(expect.leaseUntil);
+    where += ` AND r.lease_until IS NOT DISTINCT FROM $${values.length}::bigint`;
+  }
+  return { text: `UPDATE ${n.records} r SET ${sets.join(', ')} WHERE ${where} RETURNING r.key`, values };
+}
+
+/** One conditional write of a batch. */
+export interface UpdateItem {
+  id: RecordId;
+  expect: Expectation;
+  patch: RecordPatch;
+}
+
+/** Applies many conditional writes (distinct ids) at once; returns the positions (1-based) that applied. */
+export function updateMany(n: Names, items: readonly UpdateItem[]): Query {
+  const patchArrays = PATCHABLE.map(([, , type], i) => `$${i + 9}::${type}[]`).join(', ');
+  const patchColumns = PATCHABLE.map(([, column]) => column).join(', ');
+  // A mask bit per field lets patches of any shape share one statement.
+  const sets = PATCHABLE.map(
+    ([, column], bit) => `${column} = CASE WHEN v.mask & ${1 << bit} <> 0 THEN v.${column} ELSE r.${column} END`,
+  ).join(',\n  ');
+  const values: unknown[] = [
+    items.map((u) => u.id.tenant),
+    items.map((u) => u.id.action),
+    items.map((u) => u.id.key),
+    items.map((u) => u.expect.fence),
+    items.map((u) => u.expect.states.join(',')),
+    items.map((u) => u.expect.leaseUntil !== undefined),
+    items.map((u) => u.expect.leaseUntil ?? null),
+    items.map((u) => patchMask(u.patch)),
+    ...PATCHABLE.map(([field]) => items.map((u) => u.patch[field] ?? null)),
+  ];
+  return {
+    // Rows are locked in key order first, so concurrent batches over the same ids never deadlock.
+    text: `WITH v AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::boolean[], $7::bigint[], $8::int[], ${patchArrays})
+  WITH ORDINALITY AS v(tenant, action, key, expect_fence, expect_states, check_lease, expect_lease, mask, ${patchColumns}, i)
+), locked AS (
+  SELECT r.tenant, r.action, r.key FROM ${n.records} r
+  JOIN v ON r.tenant = v.tenant AND r.action = v.action AND r.key = v.key
+  ORDER BY r.tenant, r.action, r.key FOR UPDATE OF r
+)
+UPDATE ${n.records} r SET
+  ${sets}
+FROM v JOIN locked l ON l.tenant = v.tenant AND l.action = v.action AND l.key = v.key
+WHERE r.tenant = v.tenant AND r.action = v.action AND r.key = v.key
+  AND r.fence = v.expect_fence AND r.state = ANY(string_to_array(v.expect_states, ','))
+  AND (NOT v.check_lease OR r.lease_until IS NOT DISTINCT FROM v.expect_lease)
+RETURNING v.i`,
+    values,
+  };
+}
+
+/** Deletes up to `limit` expired records, never unknown ones or live claims; skips rows others hold. */
+export function purgeExpired(n: Names, now: number, limit: number): Query {
+  return {
+    // By ctid, so each deletion is one tuple fetch however many records have expired. A row updated
+    // since the snapshot has a new ctid (or was excluded when locked): left for the next purge.
+    text: `DELETE FROM ${n.records} r WHERE r.ctid = ANY(ARRAY(
+  SELECT e.ctid FROM ${n.records} e WHERE e.expires_at <= $1 AND e.state <> 'unknown'
+    AND (e.state <> 'in_progress' OR e.lease_until <= $1)
+  LIMIT $2 FOR UPDATE SKIP LOCKED
+))`,
+    values: [now, limit],
+  };
+}
+
+/** The advisory lock key of a schema's migrations: the first 8 bytes of a hash, as a signed bigint. */
+export function migrationLockKey(schema: string): string {
+  return createHash('sha256').update(`oncely:migrate:${schema}`).digest().readBigInt64BE(0).toString();
+}
+
+/** Takes the schema's migration lock until the transaction ends. */
+export function lockMigrations(n: Names): Query {
+  return { text: 'SELECT pg_advisory_xact_lock($1::bigint)', values: [migrationLockKey(n.schema)] };
+}
+
+/** Whether the schema and the ledger exist (creating them when they do needs privileges a user may lack). */
+export function inspectSchema(n: Names): Query {
+  return {
+    text: 'SELECT to_regnamespace($1) IS NOT NULL AS has_schema, to_regclass($2) IS NOT NULL AS has_ledger',
+    values: [`"${n.schema}"`, n.ledger],
+  };
+}
+
+/** Creates the schema. */
+export function createSchema(n: Names): Query {
+  return { text: `CREATE SCHEMA IF NOT EXISTS "${n.schema}"`, values: [] };
+}
+
+/** Creates the ledger of applied migrations. */
+export function createLedger(n: Names): Query {
+  return {
+    text: `CREATE TABLE IF NOT EXISTS ${n.ledger} (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+    values: [],
+  };
+}
+
+/** Lists the versions applied. */
+export function appliedVersions(n: Names): Query {
+  return { text: `SELECT version FROM ${n.ledger}`, values: [] };
+}
+
+/** Records a version as applied. */
+export function recordVersion(n: Names, version: number): Query {
+  return { text: `INSERT INTO ${n.ledger} (version) VALUES ($1)`, values: [version] };
+}
+
+/** The schema's history: append new versions, never edit applied ones. */
+export const MIGRATIONS: readonly { version: number; up: (n: Names) => string[] }[] = [
+  {
+    version: 1,
+    up: (n) => [
+      `CREATE TABLE ${n.records} (
+  tenant text NOT NULL,
+  action text NOT NULL,
+  key text NOT NULL,
+  state text NOT NULL CHECK (state IN ('in_progress', 'succeeded', 'failed', 'released', 'unknown')),
+  fingerprint text NOT NULL,
+  fence bigint NOT NULL,
+  attempts int NOT NULL,
+  lease_until bigint,
+  result text,
+  trace_id text NOT NULL,
+  created_at bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  completed_at bigint,
+  expires_at bigint,
+  PRIMARY KEY (tenant, action, key)
+)`,
+      `CREATE INDEX "${n.table}_expires_at" ON ${n.records} (expires_at) WHERE expires_at IS NOT NULL`,
+    ],
+  },
+];

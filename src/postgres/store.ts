@@ -1,0 +1,291 @@
+import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import type { RecordId, StoredRecord } from '../core/record.js';
+import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
+import { Batcher } from './batcher.js';
+import { migrate } from './migrate.js';
+import * as sql from './sql.js';
+
+/** What a statement returns; pg's QueryResult fits. */
+export interface PgResult {
+  rows: unknown[];
+  rowCount?: number | null;
+}
+
+/** Runs statements: a pg Pool, or a pg Client on which the caller ran BEGIN. */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<PgResult>;
+}
+
+/** A connection checked out of a pool. */
+export interface PgPoolClient extends PgQueryable {
+  release(error?: Error | boolean): void;
+}
+
+/** The few pool methods the store uses; a pg Pool fits. */
+export interface PgPool extends PgQueryable {
+  connect(): Promise<PgPoolClient>;
+  end(): Promise<void>;
+}
+
+/** Where the records live, and whether concurrent calls share statements. */
+export interface PostgresLayout {
+  /** Schema of the records and the migration ledger, created when missing. Default 'oncely'. */
+  schema?: string;
+  /** Table of the records. Default 'records'. */
+  table?: string;
+  /** Coalesce concurrent calls (outside a caller's transaction) into multi-row statements. Default true. */
+  batch?: boolean;
+}
+
+/** Options of postgresStore: a connection string (the store owns its pool) or your pool, and a layout. */
+export type PostgresStoreOptions = (
+  | { connectionString: string; pool?: undefined }
+  | { pool: PgPool; connectionString?: undefined }
+) &
+  PostgresLayout;
+
+/** A RecordStore on PostgreSQL that can also migrate on demand (it migrates itself on first use anyway). */
+export interface PostgresStore extends RecordStore {
+  /** Creates or upgrades the schema; memoized, and retried on the next call when it failed. */
+  migrate(): Promise<void>;
+}
+
+/** Most items in one batched statement. */
+const MAX_BATCH = 500;
+/** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
+const MAX_INSERT_ROUNDS = 50;
+
+const idKey = (id: RecordId): string => JSON.stringify([id.tenant, id.action, id.key]);
+
+const compareIds = (a: RecordId, b: RecordId): number => {
+  for (const field of ['tenant', 'action', 'key'] as const)
+    if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
+  return 0;
+};
+
+// Data and constraint errors (SQLSTATE classes 22 and 23) belong to one item: retry its batch item by item.
+const isItemError = (error: unknown): boolean => {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (code.startsWith('22') || code.startsWith('23'));
+};
+
+/** Inserts records with distinct ids unless present; answers by id key. */
+async function insertAll(db: PgQueryable, n: sql.Names, records: StoredRecord[]): Promise<Map<string, InsertResult>> {
+  const answers = new Map<string, InsertResult>();
+  // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
+  let pending = records.length > 1 ? [...records].sort(compareIds) : records;
+  for (let round = 0; pending.length > 0; round++) {
+    if (round === MAX_INSERT_ROUNDS) throw new Error(`record of key "${pending[0]?.key}" vanished ${round} times`);
+    const insert = pending.length === 1 ? sql.insertOne(n, pending[0] as StoredRecord) : sql.insertMany(n, pending);
+    const { rows: insertedRows } = await db.query(insert.text, insert.values);
+    const inserted =
+      pending.length === 1
+        ? new Set(insertedRows.length === 1 ? [idKey(pending[0] as StoredRecord)] : [])
+        : new Set(insertedRows.map((row) => idKey(row as RecordId)));
+    const conflicts = [];
+    for (const record of pending) {
+      if (inserted.has(idKey(record))) answers.set(idKey(record), { inserted: true, record: { ...record } });
+      else conflicts.push(record);
+    }
+    if (conflicts.length === 0) break;
+    // A new statement sees rows committed by the transactions our insert conflicted with, which
+    // the insert's own snapshot (READ COMMITTED) may not; a row purged meanwhile is inserted again.
+    const found = await selectAll(db, n, conflicts);
+    pending = conflicts.filter((record) => {
+      const existing = found.get(idKey(record));
+      if (existing) answers.set(idKey(record), { inserted: false, record: existing });
+      return !existing;
+    });
+  }
+  return answers;
+}
+
+/** Reads the records of some ids; answers by id key. */
+async function selectAll(db: PgQueryable, n: sql.Names, ids: RecordId[]): Promise<Map<string, StoredRecord>> {
+  const select = ids.length === 1 ? sql.selectOne(n, ids[0] as RecordId) : sql.selectMany(n, ids);
+  const { rows } = await db.query(select.text, select.values);
+  return new Map(rows.map((row) => [idKey(row as RecordId), sql.toRecord(row as sql.RecordRow)]));
+}
+
+/** One conditional write of a batch, checked before it is queued. */
+type UpdateItem = sql.UpdateItem;
+
+/** Applies conditional writes with distinct ids; answers in item order. */
+async function updateAll(db: PgQueryable, n: sql.Names, items: UpdateItem[]): Promise<boolean[]> {
+  if (items.length === 1) {
+    const { id, expect, patch } = items[0] as UpdateItem;
+    const update = sql.updateOne(n, id, expect, patch);
+    return [(await db.query(update.text, update.values)).rows.length > 0];
+  }
+  const update = sql.updateMany(n, items);
+  const { rows } = await db.query(update.text, update.values);
+  const answers = items.map(() => false);
+  for (const row of rows) answers[Number((row as { i: string | number }).i) - 1] = true;
+  return answers;
+}
+
+/** Loads the optional pg driver and opens a pool the store owns. */
+async function openPool(connectionString: string): Promise<PgPool> {
+  let pg: typeof import('pg');
+  try {
+    pg = await import('pg');
+  } catch {
+    throw new InvalidArgumentError("postgresStore({ connectionString }) needs the 'pg' package: npm install pg");
+  }
+  const pool = new (pg.default ?? pg).Pool({ connectionString, max: 10 });
+  // An idle connection that dies (server restart) emits 'error'; unheard it would crash the
+  // process. The next statement on the pool reports the outage instead.
+  pool.on('error', () => {});
+  return pool;
+}
+
+/** Checks that `tx` looks like a pg client in a transaction. */
+function asClient(tx: unknown): PgQueryable {
+  if (typeof tx !== 'object' || tx === null || typeof (tx as PgQueryable).query !== 'function')
+    throw new InvalidArgumentError('tx must be a pg client on which you ran BEGIN');
+  // A pool would run each statement on some connection outside the caller's transaction.
+  if ('totalCount' in tx)
+    throw new InvalidArgumentError('tx must be a client from pool.connect() on which you ran BEGIN, not the pool');
+  return tx as PgQueryable;
+}
+
+class PgRecordStore implements PostgresStore {
+  readonly kind = 'postgres';
+  private readonly names: sql.Names;
+  private pooled: Promise<PgPool> | undefined;
+  private migrated: Promise<void> | undefined;
+  private closed = false;
+  private readonly inserts: Batcher<StoredRecord, InsertResult> | undefined;
+  private readonly updates: Batcher<UpdateItem, boolean> | undefined;
+  private readonly gets: Batcher<RecordId, StoredRecord | null> | undefined;
+
+  constructor(
+    private readonly given: PgPool | undefined,
+    private readonly connectionString: string | undefined,
+    schema: string,
+    table: string,
+    batch: boolean,
+  ) {
+    this.names = sql.names(schema, table);
+    if (!batch) return;
+    const options = { maxBatch: MAX_BATCH, isolate: isItemError };
+    this.inserts = new Batcher((records) => this.insertBatch(records), options);
+    // Two writes to one id in one statement would see the same old row; the second waits its turn.
+    this.updates = new Batcher(async (items) => updateAll(await this.ready(), this.names, items), {
+      ...options,
+      distinct: (item) => idKey(item.id),
+    });
+    this.gets = new Batcher((ids) => this.getBatch(ids), options);
+  }
+
+  migrate(): Promise<void> {
+    this.migrated ??= this.pool()
+      .then((pool) => migrate(pool, this.names))
+      .catch((error: unknown) => {
+        // Forget the failure, so a store created while the database was down works once it is up.
+        this.migrated = undefined;
+        throw error;
+      });
+    return this.migrated;
+  }
+
+  async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
+    if (tx != null) {
+      const client = asClient(tx);
+      await this.ready();
+      return (await insertAll(client, this.names, [record])).get(idKey(record)) as InsertResult;
+    }
+    if (this.inserts) return this.inserts.push(record);
+    return (await this.insertBatch([record]))[0] as InsertResult;
+  }
+
+  async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
+    // Checked here, so a bad patch fails its caller alone and never a whole batch.
+    sql.patchMask(patch);
+    const item = { id: { tenant: id.tenant, action: id.action, key: id.key }, expect, patch };
+    if (tx != null) {
+      const client = asClient(tx);
+      await this.ready();
+      return (await updateAll(client, this.names, [item]))[0] as boolean;
+    }
+    if (this.updates) return this.updates.push(item);
+    return (await updateAll(await this.ready(), this.names, [item]))[0] as boolean;
+  }
+
+  async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
+    if (tx != null) {
+      const client = asClient(tx);
+      await this.ready();
+      return (await selectAll(client, this.names, [id])).get(idKey(id)) ?? null;
+    }
+    if (this.gets) return this.gets.push(id);
+    return (await this.getBatch([id]))[0] ?? null;
+  }
+
+  async purgeExpired(now: number, limit: number): Promise<number> {
+    if (!Number.isInteger(limit) || limit < 0) throw new InvalidArgumentError('purge limit must be a whole number');
+    if (limit === 0) return 0;
+    const purge = sql.purgeExpired(this.names, now, limit);
+    return (await (await this.ready()).query(purge.text, purge.values)).rowCount ?? 0;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.given || !this.pooled) return;
+    const pool = await this.pooled.catch(() => undefined);
+    await pool?.end();
+  }
+
+  private pool(): Promise<PgPool> {
+    if (this.given) return Promise.resolve(this.given);
+    this.pooled ??= openPool(this.connectionString as string);
+    return this.pooled;
+  }
+
+  /** The pool, once the schema is migrated. */
+  private async ready(): Promise<PgPool> {
+    if (this.closed) throw new OncelyError('CLOSED', 'this postgres store is closed');
+    const pool = await this.pool();
+    await this.migrate();
+    return pool;
+  }
+
+  private async insertBatch(records: StoredRecord[]): Promise<InsertResult[]> {
+    const pool = await this.ready();
+    const unique = new Map<string, StoredRecord>();
+    for (const record of records) if (!unique.has(idKey(record))) unique.set(idKey(record), record);
+    const answers = await insertAll(pool, this.names, [...unique.values()]);
+    // Duplicates within the batch share the first one's answer; only the first can have inserted it.
+    return records.map((record) => {
+      const answer = answers.get(idKey(record)) as InsertResult;
+      return unique.get(idKey(record)) === record ? answer : { inserted: false, record: { ...answer.record } };
+    });
+  }
+
+  private async getBatch(ids: RecordId[]): Promise<(StoredRecord | null)[]> {
+    const found = await selectAll(await this.ready(), this.names, ids);
+    return ids.map((id) => {
+      const record = found.get(idKey(id));
+      return record ? { ...record } : null;
+    });
+  }
+}
+
+/**
+ * A record store on PostgreSQL. The schema is created or upgraded on first use (or by `migrate()`);
+ * concurrent calls share multi-row statements unless `batch: false`. Pass `tx` (a pg client after
+ * BEGIN) to make a record commit or roll back with your own writes; the first use migrates on
+ * another connection of the pool, so with a one-connection pool call `migrate()` first.
+ * @example
+ * const store = postgresStore({ connectionString: process.env.DATABASE_URL! })
+ * const once = await createOncely({ store })
+ */
+export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+  const { schema = 'oncely', table = 'records', batch = true } = options;
+  if (options.pool === undefined && typeof options.connectionString !== 'string')
+    throw new InvalidArgumentError('postgresStore needs a connectionString or a pool');
+  if (options.pool !== undefined && typeof options.pool.query !== 'function')
+    throw new InvalidArgumentError('postgresStore pool must be a pg Pool (or have query, connect and end)');
+  return new PgRecordStore(options.pool, options.connectionString, schema, table, batch);
+}
