@@ -285,6 +285,15 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       await expect(once.resolve(act, 'H-retry', 'retry')).rejects.toMatchObject({ code: 'NOT_RESOLVABLE' });
     });
 
+    it("keeps a claim under 'hold' from expiring while it is in progress, then applies the TTL", async () => {
+      const act = action('held');
+      const r = await once.run({ action: act, key: 'Q-1', onLeaseExpired: 'hold', ttl: '1m' }, async () =>
+        once.get(act, 'Q-1'),
+      );
+      expect(r.value).toMatchObject({ state: 'in_progress', expiresAt: null });
+      expect(r.record.expiresAt).toBeGreaterThan(Date.now());
+    });
+
     it('treats an expired key as new, keeps permanent ones, and purges expired records', async () => {
       const act = action('ttl');
       let runs = 0;

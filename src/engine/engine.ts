@@ -136,7 +136,7 @@ export class Oncely {
   ): Promise<PublicRecord> {
     this.assertOpen();
     const id = this.recordId(action, key, options.tenant);
-    const { ttlMs } = resolveOptions(this.defaults, { ttl: options.ttl });
+    const resolved = resolveOptions(this.defaults, { ttl: options.ttl });
     const record = await this.call(() => this.store.get(id));
     if (!record) throw new OncelyError('NOT_FOUND', `no record for key "${key}" of action "${action}"`);
     const now = Date.now();
@@ -149,7 +149,7 @@ export class Oncely {
           record: publicRecord(record),
         },
       );
-    const expiresAt = ttlMs === null ? null : now + ttlMs;
+    const expiresAt = expiry(now, resolved);
     let patch: RecordPatch;
     if (resolution === 'retry') patch = { state: 'released', leaseUntil: null, updatedAt: now, expiresAt };
     else if ('value' in resolution)
@@ -224,7 +224,7 @@ export class Oncely {
         updatedAt: now,
         completedAt: null,
         // Under 'hold' a vanished claim must survive until someone decides, so it never expires.
-        expiresAt: options.ttlMs === null || options.onLeaseExpired === 'hold' ? null : now + options.ttlMs,
+        expiresAt: options.onLeaseExpired === 'hold' ? null : expiry(now, options),
       };
       const found = await this.call(() => this.store.insertOrGet(fresh, tx));
       if (found.inserted) return this.execute(found.record, options, tx, fn);
@@ -277,35 +277,27 @@ export class Oncely {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs) : undefined;
     const ctx = createContext(record, keeper?.controller.signal ?? new AbortController().signal);
-    const holder = { fence: record.fence, states: ['in_progress', 'unknown'] as const };
     let value: T;
     try {
       value = await fn(ctx);
     } catch (error) {
       keeper?.stop();
-      const now = Date.now();
-      const expiresAt = options.ttlMs === null ? null : now + options.ttlMs;
       if (storesError(options.onError, error)) {
-        const patch: RecordPatch = {
-          state: 'failed',
-          result: encodeError(error),
-          leaseUntil: null,
-          completedAt: now,
-          updatedAt: now,
-          expiresAt,
-        };
-        if (!(await this.call(() => this.store.update(record, holder, patch, tx))))
-          throw new LeaseLostError(record.key, record.action);
+        await this.complete(record, finished('failed', encodeError(error), options), tx);
       } else {
-        const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: now, expiresAt };
+        const now = Date.now();
+        const patch: RecordPatch = {
+          state: 'released',
+          leaseUntil: null,
+          updatedAt: now,
+          expiresAt: expiry(now, options),
+        };
         // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
         await this.store.update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx).catch(() => false);
       }
       throw error;
     }
     keeper?.stop();
-    const now = Date.now();
-    const expiresAt = options.ttlMs === null ? null : now + options.ttlMs;
     const result = encodeValue(value);
     if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
       // The effect happened; storing it as a failure keeps it from happening again.
@@ -313,28 +305,22 @@ export class Oncely {
         'RESULT_TOO_LARGE',
         `result is larger than maxResultBytes (${options.maxResultBytes})`,
       );
-      const patch: RecordPatch = {
-        state: 'failed',
-        result: encodeError(error),
-        leaseUntil: null,
-        completedAt: now,
-        updatedAt: now,
-        expiresAt,
-      };
-      await this.call(() => this.store.update(record, holder, patch, tx));
+      await this.complete(record, finished('failed', encodeError(error), options), tx);
       throw error;
     }
-    const patch: RecordPatch = {
-      state: 'succeeded',
-      result,
-      leaseUntil: null,
-      completedAt: now,
-      updatedAt: now,
-      expiresAt,
-    };
+    const patch = finished('succeeded', result, options);
+    await this.complete(record, patch, tx);
+    return { value: decodeValue<T>(result), replayed: false, record: publicRecord({ ...record, ...patch }) };
+  }
+
+  /**
+   * Writes the outcome if this caller still holds the claim (its fence). A record turned unknown
+   * meanwhile is still ours to settle: the late outcome is the answer a reconciler would look for.
+   */
+  private async complete(record: StoredRecord, patch: RecordPatch, tx: unknown): Promise<void> {
+    const holder = { fence: record.fence, states: ['in_progress', 'unknown'] as const };
     if (!(await this.call(() => this.store.update(record, holder, patch, tx))))
       throw new LeaseLostError(record.key, record.action);
-    return { value: decodeValue<T>(result), replayed: false, record: publicRecord({ ...record, ...patch }) };
   }
 
   private replay<T>(record: StoredRecord): RunResult<T> {
@@ -368,6 +354,17 @@ export class Oncely {
 /** Creates an engine on a store. */
 export async function createOncely(options: OncelyOptions): Promise<Oncely> {
   return new Oncely(options);
+}
+
+/** When a record written now stops answering for its key. */
+function expiry(now: number, options: ResolvedOptions): number | null {
+  return options.ttlMs === null ? null : now + options.ttlMs;
+}
+
+/** The patch of a finished record. */
+function finished(state: 'succeeded' | 'failed', result: string, options: ResolvedOptions): RecordPatch {
+  const now = Date.now();
+  return { state, result, leaseUntil: null, completedAt: now, updatedAt: now, expiresAt: expiry(now, options) };
 }
 
 function sleep(ms: number): Promise<void> {
