@@ -1,0 +1,34 @@
+import { KeyInvalidError, KeyRequiredError, OncelyError } from '../core/errors.js';
+import { validateKey } from '../core/key.js';
+
+/** The request header of draft-ietf-httpapi-idempotency-key-header. */
+export const HEADER = 'Idempotency-Key';
+
+// RFC 8941 sf-string: printable ASCII between quotes, with only \" and \\ escaped.
+const SF_STRING = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/;
+// For clients that send the key bare (most SDKs do): an RFC 9110 token.
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/**
+ * Reads the Idempotency-Key header: a structured-field string (`"abc"`) as the draft says, or a
+ * bare token for compatibility. Returns undefined when absent; throws KEY_INVALID when malformed.
+ */
+export function readKeyHeader(value: string | string[] | undefined | null): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (Array.isArray(value)) {
+    if (value.length > 1) throw new KeyInvalidError(`${HEADER} must be sent once`);
+    return readKeyHeader(value[0]);
+  }
+  const text = value.trim();
+  if (text === '') throw new KeyRequiredError(`${HEADER} is empty`);
+  const quoted = SF_STRING.exec(text);
+  const key = quoted ? (quoted[1] ?? '').replace(/\\(["\\])/g, '$1') : TOKEN.test(text) ? text : undefined;
+  if (key === undefined)
+    throw new KeyInvalidError(`${HEADER} must be a quoted string ("...") or a token of printable ASCII without spaces`);
+  try {
+    return validateKey(key);
+  } catch (error) {
+    if (error instanceof OncelyError && error.code === 'KEY_REQUIRED') throw new KeyInvalidError(`${HEADER} is empty`);
+    throw error;
+  }
+}
