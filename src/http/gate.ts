@@ -81,7 +81,8 @@ export class IdempotencyGate<Req> {
   private readonly stores: (status: number) => boolean;
 
   constructor(private readonly options: IdempotencyOptions<Req>) {
-    if (!options?.once) throw new OncelyError('INVALID_ARGUMENT', 'idempotency() needs { once }: the engine from createOncely()');
+    if (!options?.once)
+      throw new OncelyError('INVALID_ARGUMENT', 'idempotency() needs { once }: the engine from createOncely()');
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
     this.keep = (options.replayHeaders ?? DEFAULT_HEADERS).map((h) => h.toLowerCase());
     this.stores = options.store ?? storedByDefault;
@@ -118,7 +119,12 @@ export class IdempotencyGate<Req> {
     return this.claim({ action, key, tenant, input });
   }
 
-  private async claim(request: { action: string; key: string; tenant: string | undefined; input: unknown }): Promise<GateStart> {
+  private async claim(request: {
+    action: string;
+    key: string;
+    tenant: string | undefined;
+    input: unknown;
+  }): Promise<GateStart> {
     const { ttl, lease, wait } = this.options;
     let claimed!: () => void;
     const claim = new Promise<'claimed'>((resolve) => {
@@ -129,10 +135,13 @@ export class IdempotencyGate<Req> {
       settle = { resolve, reject };
     });
     const run = this.options.once
-      .run<StoredResponse>({ ...request, ttl, lease, wait, onError: (e) => e instanceof OncelyError && e.code === 'RESPONSE_NOT_STORED' }, () => {
-        claimed();
-        return outcome;
-      })
+      .run<StoredResponse>(
+        { ...request, ttl, lease, wait, onError: (e) => e instanceof OncelyError && e.code === 'RESPONSE_NOT_STORED' },
+        () => {
+          claimed();
+          return outcome;
+        },
+      )
       .then(
         (result) => ({ result }),
         (error: unknown) => ({ error }),
@@ -147,7 +156,8 @@ export class IdempotencyGate<Req> {
       kind: 'execute',
       run: {
         finish: async (response, complete) => {
-          if (!complete) settle.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
+          if (!complete)
+            settle.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
           else if (!this.stores(response.status)) settle.reject(new NotKept());
           else settle.resolve(encodeResponse(response, this.keep));
           const done = await run;

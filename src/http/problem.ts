@@ -5,7 +5,13 @@ import type { HttpResponse } from './response.js';
 const TYPE_BASE = 'https://oncely.dev/problems/';
 
 /** An RFC 9457 problem document as an HTTP response, with oncely's stable `code`. */
-export function problem(status: number, code: string, title: string, detail: string, headers: Record<string, string> = {}): HttpResponse {
+export function problem(
+  status: number,
+  code: string,
+  title: string,
+  detail: string,
+  headers: Record<string, string> = {},
+): HttpResponse {
   const body = { type: `${TYPE_BASE}${code.toLowerCase().replaceAll('_', '-')}`, title, status, detail, code };
   return {
     status,
@@ -19,25 +25,57 @@ export function problemFor(error: OncelyError): HttpResponse {
   const seconds = (ms: number | undefined) => String(Math.max(1, Math.ceil((ms ?? 1000) / 1000)));
   switch (error.code) {
     case 'KEY_REQUIRED':
-      return problem(400, 'KEY_REQUIRED', `${HEADER} header is required`, `Send an ${HEADER} header naming this operation, e.g. ${HEADER}: "order-10086-charge".`);
+      return problem(
+        400,
+        'KEY_REQUIRED',
+        `${HEADER} header is required`,
+        `Send an ${HEADER} header naming this operation, e.g. ${HEADER}: "order-10086-charge".`,
+      );
     case 'KEY_INVALID':
       return problem(400, 'KEY_INVALID', `${HEADER} header is invalid`, error.message);
     case 'KEY_REUSED':
-      return problem(422, 'KEY_REUSED', `${HEADER} was used with another request`, 'This key was first used with a different request body or route; use a new key for a new request.');
+      return problem(
+        422,
+        'KEY_REUSED',
+        `${HEADER} was used with another request`,
+        'This key was first used with a different request body or route; use a new key for a new request.',
+      );
     case 'IN_PROGRESS':
-      return problem(409, 'IN_PROGRESS', 'A request with this key is being processed', 'Retry after the time given in Retry-After to get its response.', {
-        'retry-after': seconds(error.retryAfterMs),
-      });
+      return problem(
+        409,
+        'IN_PROGRESS',
+        'A request with this key is being processed',
+        'Retry after the time given in Retry-After to get its response.',
+        {
+          'retry-after': seconds(error.retryAfterMs),
+        },
+      );
     case 'OUTCOME_UNKNOWN':
-      return problem(409, 'OUTCOME_UNKNOWN', 'The outcome of this request is unknown', 'A previous attempt stopped mid-way; it will not be run again until it is reconciled.');
+      return problem(
+        409,
+        'OUTCOME_UNKNOWN',
+        'The outcome of this request is unknown',
+        'A previous attempt stopped mid-way; it will not be run again until it is reconciled.',
+      );
     case 'RESPONSE_NOT_STORED':
-      return problem(409, 'RESPONSE_NOT_STORED', 'The request was already executed', 'Its response was streamed or too large to keep, so it cannot be replayed; it will not be executed again.');
+      return problem(
+        409,
+        'RESPONSE_NOT_STORED',
+        'The request was already executed',
+        'Its response was streamed or too large to keep, so it cannot be replayed; it will not be executed again.',
+      );
     case 'REQUEST_TOO_LARGE':
       return problem(413, 'REQUEST_TOO_LARGE', 'Request body too large', error.message);
     case 'STORE_UNAVAILABLE':
-      return problem(503, 'STORE_UNAVAILABLE', 'Idempotency store unavailable', 'The request was not executed; retry with the same key.', {
-        'retry-after': '1',
-      });
+      return problem(
+        503,
+        'STORE_UNAVAILABLE',
+        'Idempotency store unavailable',
+        'The request was not executed; retry with the same key.',
+        {
+          'retry-after': '1',
+        },
+      );
     default:
       return problem(500, error.code, 'Idempotency error', error.message);
   }

@@ -1,0 +1,104 @@
+import type { Context, MiddlewareHandler } from 'hono';
+import { routePath } from 'hono/route';
+import { IdempotencyGate, type IdempotencyOptions } from '../http/gate.js';
+import { problem } from '../http/problem.js';
+import type { HttpResponse } from '../http/response.js';
+
+/**
+ * Idempotency-Key middleware for Hono: a covered request with a key runs its handler once; every
+ * duplicate gets the stored status, headers and body with `Idempotent-Replayed: true`.
+ * @example
+ * app.use('/v1/*', idempotency({ once, tenant: (c) => c.req.header('x-account') }))
+ */
+export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHandler {
+  const gate = new IdempotencyGate(options);
+  return async (c, next) => {
+    if (!gate.covers(c.req.method)) return next();
+    const length = c.req.header('content-length');
+    const text = await c.req.text();
+    let body: unknown = text === '' ? undefined : text;
+    if (text !== '' && /json/i.test(c.req.header('content-type') ?? '')) {
+      try {
+        body = JSON.parse(text);
+      } catch {
+        // A body the handler could not read either: rejected before it runs, never stored.
+        return toResponse(problem(400, 'BODY_INVALID', 'Request body is not valid JSON', 'Send a JSON body.'));
+      }
+    }
+    const start = await gate.begin(c, {
+      method: c.req.method,
+      route: routePath(c, -1),
+      header: c.req.header('idempotency-key'),
+      body,
+      bodyBytes: length === undefined ? Buffer.byteLength(text) : Number(length),
+    });
+    if (start.kind === 'pass') return next();
+    if (start.kind === 'respond') return toResponse(start.response);
+    await next();
+    if (c.error) {
+      await start.run.abandon(c.error);
+      return;
+    }
+    const captured = await capture(c.res, gate.maxBodyBytes);
+    const sent = await start.run.finish(captured.response, captured.complete);
+    c.res = captured.complete ? toResponse(sent) : withHeaders(captured.passThrough, sent.headers);
+  };
+}
+
+/** Reads a response body up to `limit` bytes; a stream or a bigger body is passed through whole, unstored. */
+async function capture(
+  res: Response,
+  limit: number,
+): Promise<
+  { response: HttpResponse; complete: true } | { response: HttpResponse; complete: false; passThrough: Response }
+> {
+  const headers: Record<string, string> = {};
+  res.headers.forEach((value, name) => {
+    headers[name] = value;
+  });
+  const response = { status: res.status, headers, body: new Uint8Array() };
+  if (/text\/event-stream/i.test(headers['content-type'] ?? '') || !res.body)
+    return res.body ? { response, complete: false, passThrough: res } : { response, complete: true };
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.byteLength;
+    if (size > limit) {
+      // Over the limit: what was read goes out first, then the rest as it comes.
+      const rest = new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (const chunk of chunks) controller.enqueue(chunk);
+        },
+        async pull(controller) {
+          const next = await reader.read();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        },
+        cancel: (reason) => reader.cancel(reason),
+      });
+      return { response, complete: false, passThrough: new Response(rest, res) };
+    }
+  }
+  return { response: { ...response, body: Buffer.concat(chunks) }, complete: true };
+}
+
+function toResponse(response: HttpResponse): Response {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(response.headers))
+    for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
+  return new Response(
+    response.status === 204 || response.status === 304 ? null : (response.body as Uint8Array<ArrayBuffer>),
+    { status: response.status, headers },
+  );
+}
+
+function withHeaders(res: Response, headers: HttpResponse['headers']): Response {
+  const copy = new Response(res.body, res);
+  for (const [name, value] of Object.entries(headers))
+    if (!copy.headers.has(name) && typeof value === 'string') copy.headers.set(name, value);
+  return copy;
+}
