@@ -1,0 +1,87 @@
+import { performance } from 'node:perf_hooks';
+
+/** One operation of a workload; `i` picks the key, so a replay can ask for the same keys again. */
+export type Operation = (i: number) => Promise<unknown>;
+
+/** How long a measurement may run: at most `n` operations, at most `maxMs`. */
+export interface Budget {
+  n: number;
+  maxMs: number;
+  concurrency: number;
+}
+
+/** What one measurement did. */
+export interface Timing {
+  ops: number;
+  ms: number;
+  opsPerSec: number;
+}
+
+/**
+ * Runs `op` for keys `from`, `from + 1`, ... with `concurrency` async workers pulling from one
+ * counter, until `n` operations or `maxMs` have passed. With `cycle`, key indexes wrap around
+ * `from .. from + cycle - 1` (a replay of the keys a first run created).
+ */
+export async function measure(op: Operation, budget: Budget, from: number, cycle?: number): Promise<Timing> {
+  let next = 0;
+  let done = 0;
+  const start = performance.now();
+  const deadline = start + budget.maxMs;
+  const worker = async () => {
+    while (next < budget.n && performance.now() < deadline) {
+      const i = next++;
+      await op(from + (cycle ? i % cycle : i));
+      done++;
+    }
+  };
+  await Promise.all(Array.from({ length: budget.concurrency }, worker));
+  const ms = performance.now() - start;
+  return { ops: done, ms, opsPerSec: (done * 1000) / ms };
+}
+
+/** Runs `count` operations untimed, so JIT, prepared statements and connection pools are warm. */
+export async function warmUp(op: Operation, count: number, concurrency: number, from: number): Promise<void> {
+  await measure(op, { n: count, maxMs: Number.POSITIVE_INFINITY, concurrency }, from);
+}
+
+/** The best of several timings: on a noisy machine, noise only ever slows a run down. */
+export function best(timings: Timing[]): Timing {
+  return timings.reduce((a, b) => (b.opsPerSec > a.opsPerSec ? b : a));
+}
+
+/** A ratio check printed beside the measured ratio. */
+export interface Check {
+  ratio: number;
+  min: number;
+  /** A further goal, reported but not failed on. */
+  goal?: number;
+}
+
+/** `3.20x ≥1.0x pass`, plus the goal when there is one. */
+export function formatCheck(check: Check): string {
+  const pass = check.ratio >= check.min ? 'pass' : 'FAIL';
+  let text = `${check.ratio.toFixed(2)}x (≥${check.min}x ${pass}`;
+  if (check.goal !== undefined) text += `; goal ${check.goal}x ${check.ratio >= check.goal ? 'met' : 'missed'}`;
+  return `${text})`;
+}
+
+/** Thousands separators, no decimals. */
+export function formatOps(opsPerSec: number | undefined): string {
+  return opsPerSec === undefined ? '—' : Math.round(opsPerSec).toLocaleString('en-US');
+}
+
+/** A markdown table with aligned columns. */
+export function markdownTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => (r[c] ?? '').length)));
+  const line = (cells: string[]) => `| ${cells.map((cell, c) => cell.padEnd(widths[c] ?? 0)).join(' | ')} |`;
+  return [line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)].join('\n');
+}
+
+/** Reads a positive integer from the environment. */
+export function envInt(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} must be a positive integer, got ${raw}`);
+  return value;
+}

@@ -1,0 +1,207 @@
+/**
+ * `npm run bench`: oncely on SQLite, PostgreSQL and Redis against the floor of each store (the two
+ * bare statements an operation needs) and against Powertools idempotency on Redis, measured in
+ * the same run, at concurrency 32. Prints a markdown table; `--json` prints JSON instead.
+ *
+ * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
+ * 2500), BENCH_ROUNDS (default 3, best kept), BENCH_WARMUP, BENCH_MEMORY_KEYS, BENCH_JSON (also
+ * write the JSON to this file), PG_URL or DATABASE_URL, REDIS_URL.
+ */
+import { writeFileSync } from 'node:fs';
+import { postgresSubject, redisSubject, type Subject, sqliteSubject } from './engine.js';
+import { type Floor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
+import {
+  type Budget,
+  best,
+  type Check,
+  envInt,
+  formatCheck,
+  formatOps,
+  markdownTable,
+  measure,
+  type Timing,
+  warmUp,
+} from './harness.js';
+import { type MemoryResult, measureMemory } from './memory.js';
+import { powertoolsSubject } from './powertools.js';
+import { runId, scratchDir } from './setup.js';
+
+const CONCURRENCY = 32;
+const ROUNDS = envInt('BENCH_ROUNDS', 3);
+const MAX_MS = envInt('BENCH_MAX_MS', 2_500);
+const WARMUP = envInt('BENCH_WARMUP', 500);
+const MEMORY_KEYS = envInt('BENCH_MEMORY_KEYS', 50_000);
+const JSON_OUT = process.argv.includes('--json');
+
+/** Ops per measurement unless BENCH_N says otherwise; MAX_MS stops a slow one earlier. */
+const budget = (n: number): Budget => ({ n: envInt('BENCH_N', n), maxMs: MAX_MS, concurrency: CONCURRENCY });
+
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+interface Result {
+  store: string;
+  floor?: Timing;
+  first: Timing;
+  replay: Timing;
+}
+
+/** What runs on one store: its floor, the subjects that share it, and how to clean up. */
+interface Plan {
+  store: string;
+  n: number;
+  floor: () => Promise<Floor>;
+  subjects: { name: string; open: () => Promise<Subject> }[];
+  cleanup?: () => void;
+}
+
+/** Alternates floor, first runs and replays for ROUNDS rounds, so drift hits all alike; keeps the best. */
+async function runPlan(plan: Plan): Promise<Result[]> {
+  const b = budget(plan.n);
+  const floor = await plan.floor();
+  const subjects = [];
+  for (const s of plan.subjects) subjects.push({ ...s, subject: await s.open(), cursor: WARMUP });
+  try {
+    await warmUp(floor.op, WARMUP, CONCURRENCY, 10_000_000);
+    for (const { subject } of subjects) {
+      await warmUp(subject.first, WARMUP, CONCURRENCY, 0);
+      await warmUp(subject.replay, WARMUP, CONCURRENCY, 0);
+    }
+    const floors: Timing[] = [];
+    const firsts = subjects.map(() => [] as Timing[]);
+    const replays = subjects.map(() => [] as Timing[]);
+    let floorCursor = 0;
+    for (let round = 0; round < ROUNDS; round++) {
+      const f = await measure(floor.op, b, floorCursor);
+      floorCursor += f.ops;
+      floors.push(f);
+      log(`${plan.store} floor: ${formatOps(f.opsPerSec)} ops/s (${f.ops} ops)`);
+      for (const [k, s] of subjects.entries()) {
+        const first = await measure(s.subject.first, b, s.cursor);
+        const replay = await measure(s.subject.replay, b, s.cursor, first.ops);
+        s.cursor += first.ops;
+        firsts[k]?.push(first);
+        replays[k]?.push(replay);
+        log(`${s.name}: first ${formatOps(first.opsPerSec)} ops/s, replay ${formatOps(replay.opsPerSec)} ops/s`);
+      }
+    }
+    return subjects.map((s, k) => ({
+      store: s.name,
+      floor: k === 0 ? best(floors) : undefined,
+      first: best(firsts[k] ?? []),
+      replay: best(replays[k] ?? []),
+    }));
+  } finally {
+    await floor.close();
+    for (const { subject } of subjects) await subject.close();
+    plan.cleanup?.();
+  }
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const id = runId();
+  const dir = scratchDir();
+  const plans: Plan[] = [
+    {
+      store: 'sqlite',
+      n: 100_000,
+      floor: async () => sqliteFloor(dir.path),
+      subjects: [{ name: 'oncely sqlite (file)', open: () => sqliteSubject(dir.path) }],
+    },
+    {
+      store: 'postgres',
+      n: 50_000,
+      floor: () => postgresFloor(`bench_floor_${id}`),
+      subjects: [{ name: 'oncely postgres', open: () => postgresSubject(`bench_oncely_${id}`) }],
+    },
+    {
+      store: 'redis',
+      n: 150_000,
+      floor: () => redisFloor(`oncely-bench:${id}:floor:`),
+      subjects: [
+        { name: 'oncely redis', open: () => redisSubject(`oncely-bench:${id}:oncely:`) },
+        { name: 'powertools redis', open: () => powertoolsSubject(`oncely-bench:${id}:powertools`) },
+      ],
+    },
+  ];
+  const results: Result[] = [];
+  let memory: MemoryResult | undefined;
+  try {
+    for (const plan of plans) {
+      results.push(...(await runPlan(plan)));
+      // Right after the SQLite runs, before any Redis client: node-redis keeps a 5 s
+      // AbortSignal.timeout per command alive, and their release would show up as heap shrinking.
+      if (plan.store === 'sqlite') memory = await measureMemory(MEMORY_KEYS, CONCURRENCY);
+    }
+  } finally {
+    dir.remove();
+  }
+  if (!memory) throw new Error('the memory measurement did not run');
+  report(results, memory, Date.now() - started);
+}
+
+function report(results: Result[], memory: MemoryResult, ms: number): void {
+  const row = (name: string) => results.find((r) => r.store === name);
+  const powertools = row('powertools redis');
+  const checks: (Check & { name: string; store: string })[] = [];
+  const rows = results.map((r) => {
+    const floor = r.floor?.opsPerSec;
+    const isOncely = r.store.startsWith('oncely');
+    const cells = [r.store, formatOps(floor), formatOps(r.first.opsPerSec), formatOps(r.replay.opsPerSec)];
+    if (!isOncely) return [...cells, '—', `${(r.replay.opsPerSec / r.first.opsPerSec).toFixed(2)}x`, '—'];
+    const firstFloor: Check = {
+      ratio: r.first.opsPerSec / (floor ?? Number.NaN),
+      min: 1,
+      goal: r.store.includes('postgres') ? 2.5 : undefined,
+    };
+    const replayFirst: Check = { ratio: r.replay.opsPerSec / r.first.opsPerSec, min: 2 };
+    checks.push({ name: 'first/floor', store: r.store, ...firstFloor });
+    checks.push({ name: 'replay/first', store: r.store, ...replayFirst });
+    let vsPowertools = '—';
+    if (r.store === 'oncely redis' && powertools) {
+      const check: Check = { ratio: r.first.opsPerSec / powertools.first.opsPerSec, min: 1.3 };
+      checks.push({ name: 'first/powertools', store: r.store, ...check });
+      vsPowertools = formatCheck(check);
+    }
+    return [...cells, formatCheck(firstFloor), formatCheck(replayFirst), vsPowertools];
+  });
+  const header = ['subject', 'floor ops/s', 'first ops/s', 'replay ops/s', 'first/floor', 'replay/first'];
+  const table = markdownTable([...header, 'first vs Powertools'], rows);
+  const failed = checks.filter((c) => !(c.ratio >= c.min));
+  const json = {
+    config: { concurrency: CONCURRENCY, rounds: ROUNDS, maxMs: MAX_MS, warmup: WARMUP, node: process.version },
+    results,
+    checks: checks.map((c) => ({ ...c, pass: c.ratio >= c.min })),
+    memory,
+    totalMs: ms,
+  };
+  if (process.env.BENCH_JSON) writeFileSync(process.env.BENCH_JSON, `${JSON.stringify(json, null, 2)}\n`);
+  if (JSON_OUT) {
+    process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
+    return;
+  }
+  const lines = [
+    `oncely benchmarks: concurrency ${CONCURRENCY}, best of ${ROUNDS} rounds, each ≤ ${MAX_MS} ms or N ops, node ${process.version}`,
+    '',
+    table,
+    '',
+    `first = new keys (claim, run, store the result); replay = the same keys again; floor = the two bare statements`,
+    `(claim insert, result update) per operation through the same driver and settings. Ratios are of ops/s.`,
+    '',
+    `memory (oncely sqlite): heap ${signed(memory.heapDeltaPer10kKeys / 1024)} KiB per 10,000 unique keys over` +
+      ` ${memory.keys.toLocaleString('en-US')} keys (heap ${mib(memory.heapBefore)} -> ${mib(memory.heapAfter)} MiB; ${memory.gc})`,
+    '',
+    failed.length === 0
+      ? `all ${checks.length} targets pass (${(ms / 1000).toFixed(0)} s)`
+      : `${failed.length} of ${checks.length} targets FAIL: ${failed.map((c) => `${c.store} ${c.name}`).join(', ')} (${(ms / 1000).toFixed(0)} s)`,
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(1)}`;
+const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,64 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { recordKey as storeRecordKey } from '../src/redis/store.js';
+
+/** Where the services are; the environment overrides the local defaults. */
+export const PG_URL = process.env.PG_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/**
+ * How `redisStore({ url })` makes its node-redis client (see openClient in src/redis/store.ts);
+ * the floor and Powertools get clients made the same way, so all three pay the same driver costs.
+ */
+export const REDIS_CLIENT_OPTIONS = {
+  url: REDIS_URL,
+  disableOfflineQueue: true,
+  socket: { reconnectStrategy: false as const },
+};
+
+/** The pool size `postgresStore({ connectionString })` opens (see openPool in src/postgres/store.ts). */
+export const PG_POOL_MAX = 10;
+
+/** Tenant and action of every benchmark record. */
+export const TENANT = 'bench';
+export const ACTION = 'bench';
+
+/** A short random suffix, so runs never collide. */
+export const runId = (): string => randomUUID().slice(0, 8);
+
+/** The hash key the Redis store uses for benchmark key `key`, so the floor writes keys of the same length. */
+export function recordKey(prefix: string, key: string): string {
+  return storeRecordKey(prefix, { tenant: TENANT, action: ACTION, key });
+}
+
+/** A fresh directory for database files; `remove` deletes it with everything in it. */
+export function scratchDir(): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), 'oncely-bench-'));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+/** Drops a scratch schema and everything in it. */
+export async function dropSchema(db: { query(text: string): Promise<unknown> }, schema: string): Promise<void> {
+  await db.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+}
+
+/** Deletes every key under `prefix` (SCAN, then DEL in chunks). */
+export async function dropPrefix(
+  client: { sendCommand(args: string[]): Promise<unknown> },
+  prefix: string,
+): Promise<number> {
+  const pattern = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`;
+  let cursor = '0';
+  let dropped = 0;
+  do {
+    const [next, keys] = (await client.sendCommand(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000'])) as [
+      string,
+      string[],
+    ];
+    cursor = String(next);
+    if (keys.length > 0) dropped += Number(await client.sendCommand(['UNLINK', ...keys.map(String)]));
+  } while (cursor !== '0');
+  return dropped;
+}
