@@ -38,8 +38,21 @@ export type PublicRecord = Omit<StoredRecord, 'result'>;
 
 /** Strips the stored result from a record. */
 export function publicRecord(record: StoredRecord): PublicRecord {
-  const { result: _result, ...rest } = record;
-  return rest;
+  return {
+    tenant: record.tenant,
+    action: record.action,
+    key: record.key,
+    state: record.state,
+    fingerprint: record.fingerprint,
+    fence: record.fence,
+    attempts: record.attempts,
+    leaseUntil: record.leaseUntil,
+    traceId: record.traceId,
+    createdAt: record.createdAt,
+    updatedAt: record.updatedAt,
+    completedAt: record.completedAt,
+    expiresAt: record.expiresAt,
+  };
 }
 
 /** What to do when an in_progress claim's lease ran out without a completion. */

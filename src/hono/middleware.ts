@@ -83,7 +83,8 @@ async function capture(
       return { response, complete: false, passThrough: new Response(rest, res) };
     }
   }
-  return { response: { ...response, body: Buffer.concat(chunks) }, complete: true };
+  response.body = Buffer.concat(chunks);
+  return { response, complete: true };
 }
 
 function toResponse(response: HttpResponse): Response {

@@ -70,6 +70,9 @@ const DEFAULT_HEADERS = ['content-type', 'location'];
 const DEFAULT_MAX_BODY = 1024 * 1024;
 const storedByDefault = (status: number) => status >= 200 && status < 500 && !(status >= 300 && status < 400);
 
+/** Only the marker of an unstorable response is kept as a failure; every other failure releases the key. */
+const storesNotStored = (error: unknown) => error instanceof OncelyError && error.code === 'RESPONSE_NOT_STORED';
+
 /** Marks a captured response the policy does not keep: the engine then releases the key. */
 class NotKept extends Error {}
 
@@ -136,7 +139,16 @@ export class IdempotencyGate<Req> {
     });
     const run = this.options.once
       .run<StoredResponse>(
-        { ...request, ttl, lease, wait, onError: (e) => e instanceof OncelyError && e.code === 'RESPONSE_NOT_STORED' },
+        {
+          action: request.action,
+          key: request.key,
+          tenant: request.tenant,
+          input: request.input,
+          ttl,
+          lease,
+          wait,
+          onError: storesNotStored,
+        },
         () => {
           claimed();
           return outcome;

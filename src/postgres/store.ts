@@ -1,7 +1,7 @@
+import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
-import { Batcher } from './batcher.js';
 import { migrate } from './migrate.js';
 import * as sql from './sql.js';
 
