@@ -1,0 +1,2 @@
+export type { IdempotencyOptions } from '../http/gate.js';
+export { type FastifyIdempotencyOptions, idempotency } from './plugin.js';
