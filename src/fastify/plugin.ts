@@ -1,5 +1,4 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
-import { toMs } from '../core/duration.js';
 import { type Execution, IdempotencyGate, type IdempotencyOptions, type RequestFacts } from '../http/gate.js';
 import { type HttpResponse, normalizeHeaders } from '../http/response.js';
 
@@ -10,11 +9,9 @@ export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;
 interface Claim {
   run: Execution;
   settled: boolean;
-  timer?: NodeJS.Timeout;
 }
 
 const EMPTY = new Uint8Array(0);
-const DEFAULT_GRACE_MS = 30_000;
 
 /**
  * Idempotency-Key plugin for Fastify: a covered request with a key runs its handler once; every
@@ -25,8 +22,6 @@ const DEFAULT_GRACE_MS = 30_000;
  */
 export async function idempotency(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
   const gate = new IdempotencyGate<FastifyRequest>(options);
-  // A request whose client left before its handler answered gets this long to answer anyway (one lease).
-  const graceMs = options.lease === undefined ? DEFAULT_GRACE_MS : toMs(options.lease, 'lease');
   // Per plugin instance, so two registrations in sibling scopes never see each other's claims.
   const claims = new WeakMap<FastifyRequest, Claim>();
   const orphans = new Set<Claim>();
@@ -34,7 +29,6 @@ export async function idempotency(fastify: FastifyInstance, options: FastifyIdem
   const settle = (claim: Claim): boolean => {
     if (claim.settled) return false;
     claim.settled = true;
-    clearTimeout(claim.timer);
     orphans.delete(claim);
     return true;
   };
@@ -53,10 +47,7 @@ export async function idempotency(fastify: FastifyInstance, options: FastifyIdem
       // handler returns or throws, which is stored: the client's retry then gets the response it
       // missed instead of a second execution. Only a handler that never answers releases the key.
       orphans.add(claim);
-      claim.timer = setTimeout(() => {
-        if (settle(claim)) void run.abandon(new Error('the client left and the handler never answered'));
-      }, graceMs);
-      claim.timer.unref();
+      run.clientLeft();
     };
     if (reply.raw.destroyed) closed();
     else reply.raw.once('close', closed);

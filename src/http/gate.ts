@@ -1,4 +1,4 @@
-import type { Duration, Ttl } from '../core/duration.js';
+import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { PublicRecord } from '../core/record.js';
 import type { Oncely, RunResult } from '../engine/engine.js';
@@ -61,13 +61,20 @@ export interface Execution {
    * false when the body was streamed or cut at maxBodyBytes, which is never stored half.
    */
   finish(response: HttpResponse, complete: boolean): Promise<HttpResponse>;
-  /** The handler threw or the client went away: release the key for a retry. */
+  /** The handler threw, or will never answer: release the key for a retry. */
   abandon(reason: unknown): Promise<void>;
+  /**
+   * The client disconnected before the handler answered. The handler usually still answers, and
+   * that answer is stored, so the client's retry gets what it missed instead of a second
+   * execution; a handler that has not answered within one lease is abandoned.
+   */
+  clientLeft(): void;
 }
 
 const DEFAULT_METHODS = ['POST', 'PATCH'];
 const DEFAULT_HEADERS = ['content-type', 'location'];
 const DEFAULT_MAX_BODY = 1024 * 1024;
+const DEFAULT_GRACE = '30s';
 const storedByDefault = (status: number) => status >= 200 && status < 500 && !(status >= 300 && status < 400);
 
 /** Only the marker of an unstorable response is kept as a failure; every other failure releases the key. */
@@ -79,6 +86,7 @@ class NotKept extends Error {}
 /** The framework-free half of every adapter: one decision per request, the same on every framework. */
 export class IdempotencyGate<Req> {
   readonly maxBodyBytes: number;
+  private readonly graceMs: number;
   private readonly methods: Set<string>;
   private readonly keep: string[];
   private readonly stores: (status: number) => boolean;
@@ -90,6 +98,7 @@ export class IdempotencyGate<Req> {
     this.keep = (options.replayHeaders ?? DEFAULT_HEADERS).map((h) => h.toLowerCase());
     this.stores = options.store ?? storedByDefault;
     this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
+    this.graceMs = toMs(options.lease ?? DEFAULT_GRACE, 'lease');
   }
 
   /** True when the method is covered; adapters skip all work for the rest. */
@@ -158,6 +167,15 @@ export class IdempotencyGate<Req> {
         (result) => ({ result }),
         (error: unknown) => ({ error }),
       );
+    let done = false;
+    let timer: NodeJS.Timeout | undefined;
+    // True the first time only: an outcome is reported once, whichever of finish, abandon or the timer comes first.
+    const settled = () => {
+      if (done) return false;
+      done = true;
+      clearTimeout(timer);
+      return true;
+    };
     const first = await Promise.race([claim, run]);
     if (first !== 'claimed') {
       if ('result' in first) return { kind: 'respond', response: replayed(first.result) };
@@ -168,6 +186,7 @@ export class IdempotencyGate<Req> {
       kind: 'execute',
       run: {
         finish: async (response, complete) => {
+          if (!settled()) return response;
           if (!complete)
             settle.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
           else if (!this.stores(response.status)) settle.reject(new NotKept());
@@ -177,8 +196,15 @@ export class IdempotencyGate<Req> {
           return 'result' in done ? withExpiry(response, done.result.record) : response;
         },
         abandon: async (reason) => {
-          settle.reject(reason instanceof Error ? reason : new NotKept());
+          if (settled()) settle.reject(reason instanceof Error ? reason : new NotKept());
           await run;
+        },
+        clientLeft: () => {
+          if (done || timer) return;
+          timer = setTimeout(() => {
+            if (settled()) settle.reject(new Error('the client left and the handler never answered'));
+          }, this.graceMs);
+          timer.unref();
         },
       },
     };

@@ -66,6 +66,9 @@ export function problemFor(error: OncelyError): HttpResponse {
       );
     case 'REQUEST_TOO_LARGE':
       return problem(413, 'REQUEST_TOO_LARGE', 'Request body too large', error.message);
+    case 'INVALID_ARGUMENT':
+      // Tenant and action come from the request (an account header, say): a bad one is the client's.
+      return problem(400, 'INVALID_ARGUMENT', 'Invalid request scope', error.message);
     case 'STORE_UNAVAILABLE':
       return problem(
         503,

@@ -6,7 +6,10 @@ import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 
 const SERVER = fileURLToPath(new URL('../support/http-server.ts', import.meta.url));
 
-function startServer(framework: string, schema: string): Promise<{ child: ChildProcessWithoutNullStreams; port: number }> {
+function startServer(
+  framework: string,
+  schema: string,
+): Promise<{ child: ChildProcessWithoutNullStreams; port: number }> {
   const child = spawn(process.execPath, ['--import', 'tsx', SERVER, framework, POSTGRES_URL, schema]);
   let stderr = '';
   child.stderr.on('data', (chunk) => {
@@ -51,7 +54,7 @@ describe('HTTP across processes', () => {
       byKey.set(r.key, (byKey.get(r.key) ?? new Set()).add(r.body));
     }
     expect(byKey.size).toBe(50);
-    for (const [key, bodies] of byKey) expect([...bodies].join(" | "), key).not.toContain(" | ");
+    for (const [key, bodies] of byKey) expect([...bodies].join(' | '), key).not.toContain(' | ');
     const executions = new Map<string, number>();
     for (const port of ports) {
       const calls = (await (await fetch(`http://127.0.0.1:${port}/__calls`)).json()) as Record<string, number>;
