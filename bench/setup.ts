@@ -2,21 +2,19 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { recordKey as storeRecordKey } from '../src/redis/store.js';
+import { ownedClientOptions, recordKey as storeRecordKey } from '../src/redis/store.js';
 
 /** Where the services are; the environment overrides the local defaults. */
 export const PG_URL = process.env.PG_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 /**
- * How `redisStore({ url })` makes its node-redis client (see openClient in src/redis/store.ts);
- * the floor and Powertools get clients made the same way, so all three pay the same driver costs.
+ * How `redisStore({ url })` makes its node-redis client (imported from src/redis/store.ts, so they
+ * cannot drift): the floor and Powertools get clients made the same way, so all three pay the same
+ * driver costs (none of them a per-command timeout; the store's one timer per batch is its own).
+ * The floor and Powertools each create one client from it, to the same URL.
  */
-export const REDIS_CLIENT_OPTIONS = {
-  url: REDIS_URL,
-  disableOfflineQueue: true,
-  socket: { reconnectStrategy: false as const },
-};
+export const REDIS_CLIENT_OPTIONS = ownedClientOptions(REDIS_URL);
 
 /** The pool size `postgresStore({ connectionString })` opens (see openPool in src/postgres/store.ts). */
 export const PG_POOL_MAX = 10;

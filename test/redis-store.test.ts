@@ -34,6 +34,37 @@ function record(overrides: Partial<StoredRecord> = {}): StoredRecord {
 
 const pttl = (id: RecordId) => redis.pTTL(recordKey(prefix, id));
 
+/** A TCP proxy to the real Redis on `port` (0: any) that can drop its connections or stop forwarding, like a hung server. */
+async function redisProxy(port = 0) {
+  const sockets = new Set<net.Socket>();
+  let paused = false;
+  const server = net.createServer((inbound) => {
+    const outbound = net.connect(6379, '127.0.0.1');
+    for (const s of [inbound, outbound]) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.on('close', () => sockets.delete(s));
+    }
+    inbound.on('data', (chunk) => paused || outbound.write(chunk));
+    outbound.pipe(inbound);
+  });
+  server.listen(port, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    pause: (value: boolean) => {
+      paused = value;
+    },
+    drop: () => {
+      for (const s of sockets) s.destroy();
+    },
+    close: () => {
+      server.close();
+      for (const s of sockets) s.destroy();
+    },
+  };
+}
+
 beforeAll(async () => {
   redis = await connectRedis();
 });
@@ -200,32 +231,146 @@ describe('redis store', () => {
     await expect(store.get(r)).rejects.toThrow(/ECONNREFUSED/);
     expect(Date.now() - started).toBeLessThan(2_000);
 
-    const sockets = new Set<net.Socket>();
-    const proxy = net.createServer((inbound) => {
-      const outbound = net.connect(6379, '127.0.0.1');
-      for (const s of [inbound, outbound]) {
-        sockets.add(s);
-        s.on('error', () => {});
-        s.on('close', () => sockets.delete(s));
-      }
-      inbound.pipe(outbound).pipe(inbound);
-    });
-    proxy.listen(port, '127.0.0.1');
-    await once(proxy, 'listening');
+    const proxy = await redisProxy(port);
     try {
       expect((await store.insertOrGet(r)).inserted).toBe(true);
 
-      for (const s of sockets) s.destroy();
+      proxy.drop();
       await new Promise((resolve) => setTimeout(resolve, 50));
       expect(await store.get(r)).toEqual(r);
     } finally {
       await store.close();
       proxy.close();
-      for (const s of sockets) s.destroy();
     }
 
     const good = redisStore({ url: REDIS_URL, prefix });
     expect(await good.get(r)).toEqual(r);
     await good.close();
+  });
+});
+
+describe('redis store batches', () => {
+  // Records the script runs the store sends, so a test can tell that concurrent calls shared one.
+  // An EVALSHA refused with NOSCRIPT (an earlier test flushed the scripts) did not run: not counted.
+  function counting() {
+    const sent: string[][] = [];
+    const client = {
+      async sendCommand(args: string[]) {
+        try {
+          const reply = await redis.sendCommand(args);
+          sent.push(args);
+          return reply;
+        } catch (error) {
+          if (!String(error).includes('NOSCRIPT')) sent.push(args);
+          throw error;
+        }
+      },
+    };
+    return { client, sent };
+  }
+
+  it('sends a lone call at once, and concurrent calls as one script run', async () => {
+    const { client, sent } = counting();
+    const store = redisStore({ client, prefix });
+    const lone = record();
+    expect((await store.insertOrGet(lone)).inserted).toBe(true);
+    expect(sent).toHaveLength(1);
+    const many = Array.from({ length: 50 }, () => record());
+    await Promise.all(many.map((r) => store.insertOrGet(r)));
+    expect(sent).toHaveLength(2);
+    expect(sent[1]?.[2]).toBe('50');
+  });
+
+  it('lets the first of 200 concurrent inserts of one id win and shows it to the other 199', async () => {
+    const { client, sent } = counting();
+    const store = redisStore({ client, prefix });
+    const base = record();
+    const results = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => store.insertOrGet({ ...base, fingerprint: `fp-${i}` })),
+    );
+    // All in one batch: the script handles them in order, so the first inserts.
+    expect(sent).toHaveLength(1);
+    expect(results.filter((r) => r.inserted)).toHaveLength(1);
+    expect(results[0]).toEqual({ inserted: true, record: { ...base, fingerprint: 'fp-0' } });
+    for (const r of results.slice(1)) expect(r).toEqual({ inserted: false, record: { ...base, fingerprint: 'fp-0' } });
+  });
+
+  it('inserts 500 concurrent unique records, each answered with its own', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const records = Array.from({ length: 500 }, (_, i) =>
+      record({ result: i % 2 ? `{"v":${i}}` : null, completedAt: i % 3 ? null : 1_000 + i }),
+    );
+    const results = await Promise.all(records.map((r) => store.insertOrGet(r)));
+    for (const [i, r] of results.entries()) expect(r).toEqual({ inserted: true, record: records[i] });
+    const read = await Promise.all(records.map((r) => store.get(r)));
+    expect(read).toEqual(records);
+  });
+
+  it('answers each update of one batch by its own check, applying writes to one id in order', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const [a, b, c] = [record({ fence: 1 }), record({ fence: 4 }), record({ fence: 1, leaseUntil: 500 })];
+    await Promise.all([a, b, c].map((r) => store.insertOrGet(r)));
+    const { client, sent } = counting();
+    const batched = redisStore({ client, prefix });
+    const done = { state: 'succeeded' as const, result: '{"v":2}', leaseUntil: null, completedAt: 9 };
+    const answers = await Promise.all([
+      batched.update(a, { fence: 1, states: ['in_progress'] }, { fence: 2 }),
+      batched.update(b, { fence: 3, states: ['in_progress'] }, done),
+      // Sees a's fence already raised to 2 by the first write, as a later separate call would.
+      batched.update(a, { fence: 1, states: ['in_progress'] }, done),
+      batched.update(a, { fence: 2, states: ['in_progress'] }, done),
+      batched.update(c, { fence: 1, states: ['in_progress'], leaseUntil: 499 }, done),
+      batched.update(c, { fence: 1, states: ['in_progress'], leaseUntil: 500 }, { attempts: 7, leaseUntil: 600 }),
+      batched.update({ ...a, key: 'absent' }, { fence: 1, states: ['in_progress'] }, done),
+    ]);
+    expect(sent).toHaveLength(1);
+    expect(answers).toEqual([true, false, false, true, false, true, false]);
+    expect(await store.get(a)).toEqual({ ...a, ...done, fence: 2 });
+    expect(await store.get(b)).toEqual(b);
+    expect(await store.get(c)).toEqual({ ...c, attempts: 7, leaseUntil: 600 });
+  });
+
+  it('fails only the caller whose key holds a foreign value; the rest of its batch succeeds', async () => {
+    const { client, sent } = counting();
+    const store = redisStore({ client, prefix });
+    const [g1, g2, g3, bad] = [record(), record(), record(), record()];
+    await redis.set(recordKey(prefix, bad), 'not a hash');
+    const outcome = (s: PromiseSettledResult<unknown>) => (s.status === 'fulfilled' ? s.value : String(s.reason));
+    const wrongType = expect.stringMatching(/WRONGTYPE/);
+    const inserts = await Promise.allSettled([g1, bad, g2, g3].map((r) => store.insertOrGet(r)));
+    expect(inserts.map(outcome)).toEqual([
+      { inserted: true, record: g1 },
+      wrongType,
+      { inserted: true, record: g2 },
+      { inserted: true, record: g3 },
+    ]);
+    const held = { fence: 1, states: ['in_progress' as const] };
+    const updates = await Promise.allSettled([g1, bad, g2].map((r) => store.update(r, held, { attempts: 2 })));
+    expect(updates.map(outcome)).toEqual([true, wrongType, true]);
+    expect((await Promise.allSettled([bad, g3].map((r) => store.get(r)))).map(outcome)).toEqual([wrongType, g3]);
+    // Each kind went out as one script run: nothing was retried one by one.
+    expect(sent).toHaveLength(3);
+    expect(await redis.get(recordKey(prefix, bad))).toBe('not a hash');
+  });
+
+  it('fails a call Redis does not answer within timeoutMs, connecting included, then connects afresh', async () => {
+    const proxy = await redisProxy();
+    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeoutMs: 300 });
+    try {
+      const r = record();
+      expect((await store.insertOrGet(r)).inserted).toBe(true);
+      proxy.pause(true);
+      for (const call of [() => store.get(r), () => Promise.all([store.get(r), store.get(record())])]) {
+        // The second call connects anew, to a server that accepts but never answers: bounded too.
+        const started = Date.now();
+        await expect(call()).rejects.toThrow(/redis did not answer within 300 ms/);
+        expect(Date.now() - started).toBeLessThan(2_000);
+      }
+      proxy.pause(false);
+      expect(await store.get(r)).toEqual(r);
+    } finally {
+      await store.close();
+      proxy.close();
+    }
   });
 });

@@ -1,7 +1,20 @@
+import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
-import type { RecordId, RecordState, StoredRecord } from '../core/record.js';
+import type { RecordId, StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
-import { GET, INSERT_OR_GET, type RedisScript, UPDATE } from './scripts.js';
+import {
+  answers,
+  getAnswer,
+  insertAnswer,
+  pushRecord,
+  pushUpdate,
+  recordKey,
+  type UpdateItem,
+  updateAnswer,
+} from './codec.js';
+import { GET, INSERT, type RedisScript, UPDATE } from './scripts.js';
+
+export { recordKey };
 
 /**
  * The one method the store calls on a Redis client: node-redis 4, 5 and 6 clients have it (a
@@ -16,6 +29,8 @@ export interface RedisClientLike {
 export type RedisStoreOptions = ({ url: string; client?: undefined } | { client: RedisClientLike; url?: undefined }) & {
   /** Prepended to every key the store writes; defaults to 'oncely:'. A client's own keyPrefix does not apply. */
   prefix?: string;
+  /** With `url`: how long a command (connecting included) may wait for Redis before it fails; default 5000 ms. */
+  timeoutMs?: number;
 };
 
 // What the store needs from a node-redis client it created. Declared here, not imported, because
@@ -29,23 +44,28 @@ interface OwnedClient extends RedisClientLike {
   on(event: 'error', listener: (error: unknown) => void): unknown;
 }
 
-const NUMBER_FIELDS = ['fence', 'attempts', 'createdAt', 'updatedAt'] as const;
-const NULLABLE_NUMBER_FIELDS = ['leaseUntil', 'completedAt', 'expiresAt'] as const;
-const ID_FIELDS = new Set(['tenant', 'action', 'key']);
+/** Most records in one script run: large enough to amortise EVALSHA, short enough not to stall Redis. */
+const MAX_BATCH = 256;
 
 /**
- * A record store on Redis: each record is one hash, each operation one atomic Lua script (one
- * round trip), and Redis expires records itself. It cannot join a caller's SQL transaction.
+ * A record store on Redis: each record is one hash, and Redis expires records itself. Concurrent
+ * calls of one kind are coalesced into one atomic Lua script run (one EVALSHA per batch, sent at
+ * once when none is in flight, so a lone call waits for nothing). It cannot join a caller's SQL
+ * transaction. Not for Redis Cluster: a batch's script names the keys of many records, which
+ * must all live on one node, so it needs a single (standalone) Redis; a cluster client is not supported.
  * @example
  * const store = redisStore({ url: 'redis://127.0.0.1:6379', prefix: 'billing:' });
  */
 export function redisStore(options: RedisStoreOptions): RecordStore {
-  const { prefix = 'oncely:' } = options;
+  const { prefix = 'oncely:', timeoutMs = 5_000 } = options;
   if (typeof prefix !== 'string') throw new InvalidArgumentError('redisStore: prefix must be a string');
+  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
+    throw new InvalidArgumentError('redisStore: timeoutMs must be a positive integer');
   if ((options.url === undefined) === (options.client === undefined)) {
     throw new InvalidArgumentError('redisStore: give exactly one of `url` or `client`');
   }
   const { url, client: given } = options;
+  // The client the store made, from creation on (also while it connects), until it is dropped.
   let owned: OwnedClient | undefined;
   let connecting: Promise<OwnedClient> | undefined;
   let closed = false;
@@ -53,68 +73,129 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // Connects on first use, not in the constructor, so a store made while Redis is down works once
   // it is up. A failed attempt is forgotten, and so is a client whose connection later dropped
   // (it does not reconnect, see openClient): the next call simply tries again.
-  async function client(): Promise<RedisClientLike> {
-    if (closed) throw new OncelyError('CLOSED', 'the redis store is closed');
-    if (given) return given;
-    if (owned && !owned.isOpen) {
-      dispose(owned);
-      owned = undefined;
-      connecting = undefined;
+  function ownedClient(): Promise<OwnedClient> {
+    if (owned && !owned.isOpen) abandon(owned);
+    if (!connecting) {
+      const attempt = connect();
+      connecting = attempt;
+      attempt.catch(() => {
+        if (connecting === attempt) connecting = undefined;
+      });
     }
-    connecting ??= openClient(url as string).then(
-      (c) => {
-        owned = c;
-        return c;
-      },
-      (error: unknown) => {
-        connecting = undefined;
-        throw error;
-      },
-    );
     return connecting;
   }
 
-  async function run(script: RedisScript, id: RecordId, args: string[]): Promise<unknown> {
-    return evalScript(await client(), script, recordKey(prefix, id), args);
+  async function connect(): Promise<OwnedClient> {
+    const c = await openClient(url as string);
+    owned = c;
+    try {
+      await c.connect();
+      return c;
+    } catch (error) {
+      abandon(c);
+      throw error;
+    }
   }
+
+  function abandon(c: OwnedClient | undefined): void {
+    if (!c) return;
+    if (owned === c) {
+      owned = undefined;
+      connecting = undefined;
+    }
+    dispose(c);
+  }
+
+  // The store's own client runs without node-redis's per-command timeout (an AbortSignal.timeout
+  // per command costs ~10 µs on Node 20, more than the rest of a batched record). This one timer
+  // per batch bounds the wait instead, and also bounds connecting, which node-redis does not (a
+  // server that accepts but never answers HELLO would hang it). A client that timed out is
+  // destroyed, failing whatever else waits on it, and the next call connects afresh. A client
+  // passed in keeps its own timeouts.
+  async function send(script: RedisScript, args: string[]): Promise<unknown> {
+    if (closed) throw new OncelyError('CLOSED', 'the redis store is closed');
+    if (given) return evalScript(given, script, args);
+    return new Promise((resolve, reject) => {
+      let used: OwnedClient | undefined;
+      const timer = setTimeout(() => {
+        reject(new Error(`redis did not answer within ${timeoutMs} ms`));
+        abandon(used ?? owned);
+      }, timeoutMs);
+      ownedClient()
+        .then((c) => {
+          used = c;
+          return evalScript(c, script, args);
+        })
+        .then(
+          (reply) => {
+            clearTimeout(timer);
+            resolve(reply);
+          },
+          (error: unknown) => {
+            clearTimeout(timer);
+            reject(error);
+          },
+        );
+    });
+  }
+
+  // One EVALSHA per batch: KEYS are the records' keys, ARGV their values, back to back.
+  const command = (script: RedisScript, count: number): string[] => ['EVALSHA', script.sha, String(count)];
+
+  async function insertMany(records: StoredRecord[]): Promise<(InsertResult | Error)[]> {
+    const args = command(INSERT, records.length);
+    for (const r of records) args.push(recordKey(prefix, r));
+    for (const r of records) pushRecord(args, r);
+    const reply = answers(await send(INSERT, args), records.length);
+    const out: (InsertResult | Error)[] = [];
+    for (let i = 0; i < reply.length; i++) out.push(insertAnswer(reply[i], records[i] as StoredRecord));
+    return out;
+  }
+
+  async function updateMany(items: UpdateItem[]): Promise<(boolean | Error)[]> {
+    const args = command(UPDATE, items.length);
+    for (const item of items) args.push(recordKey(prefix, item.id));
+    for (const item of items) pushUpdate(args, item.expect, item.patch);
+    return answers(await send(UPDATE, args), items.length).map(updateAnswer);
+  }
+
+  async function getMany(ids: RecordId[]): Promise<(StoredRecord | null | Error)[]> {
+    const args = command(GET, ids.length);
+    for (const id of ids) args.push(recordKey(prefix, id));
+    return answers(await send(GET, args), ids.length).map(getAnswer);
+  }
+
+  // No `distinct` for updates: the script applies one batch's writes in order, each checked
+  // against the record the previous one left, exactly as separate calls in arrival order would
+  // run. (PostgreSQL needs it because one UPDATE statement cannot change a row twice.) Errors of
+  // one record come back as that record's answer (see scripts.ts), so a failed batch is a failed
+  // command for all, never retried item by item: its earlier records may already be written.
+  const inserts = new Batcher(insertMany, { maxBatch: MAX_BATCH });
+  const updates = new Batcher(updateMany, { maxBatch: MAX_BATCH });
+  const reads = new Batcher(getMany, { maxBatch: MAX_BATCH });
 
   return {
     kind: 'redis',
 
     async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
       refuseTransaction(tx);
-      const args: string[] = [];
-      for (const [field, value] of Object.entries(record)) {
-        if (value !== null && value !== undefined) args.push(field, String(value));
-      }
-      const reply = (await run(INSERT_OR_GET, record, args)) as [number, unknown[]?];
-      if (reply[0] === 1) return { inserted: true, record: { ...record } };
-      return { inserted: false, record: decode(reply[1] ?? []) as StoredRecord };
+      const answer = await inserts.push(record);
+      if (answer instanceof Error) throw answer;
+      return answer;
     },
 
     async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
       refuseTransaction(tx);
-      let leaseCheck = '0';
-      let lease = '';
-      if ('leaseUntil' in expect) {
-        leaseCheck = expect.leaseUntil === null || expect.leaseUntil === undefined ? '1' : '2';
-        lease = String(expect.leaseUntil ?? '');
-      }
-      const set: string[] = [];
-      const remove: string[] = [];
-      for (const [field, value] of Object.entries(patch)) {
-        if (value === undefined || ID_FIELDS.has(field)) continue;
-        if (value === null) remove.push(field);
-        else set.push(field, String(value));
-      }
-      const states = `,${expect.states.join(',')},`;
-      const args = [String(expect.fence), leaseCheck, lease, states, String(set.length), ...set, ...remove];
-      return (await run(UPDATE, id, args)) === 1;
+      const answer = await updates.push({ id, expect, patch });
+      if (answer instanceof Error) throw answer;
+      return answer;
     },
 
     async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
       refuseTransaction(tx);
-      return decode((await run(GET, id, [])) as unknown[]);
+      const answer = await reads.push(id);
+      if (answer instanceof Error) throw answer;
+      return answer;
     },
 
     /** Always 0: Redis expires records natively (each write sets PEXPIREAT), so there is nothing to purge. */
@@ -126,9 +207,10 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
       closed = true;
       const pending = connecting;
       connecting = undefined;
+      // `owned` stays set while we wait, so a pending command's timeout can still destroy it.
+      const c = await pending?.catch(() => undefined);
       owned = undefined;
       // Only a client the store created: a passed-in client belongs to the caller.
-      const c = await pending?.catch(() => undefined);
       if (!c) return;
       if (c.isOpen && c.close) await c.close();
       else if (c.isOpen && c.quit) await c.quit();
@@ -137,27 +219,41 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   };
 }
 
-/**
- * The hash key of a record: `<prefix>r:<len(tenant)>:<tenant>:<len(action)>:<action>:<key>`. The
- * lengths (in UTF-16 units) make the split unambiguous although every part may contain ':'.
- */
-export function recordKey(prefix: string, id: RecordId): string {
-  return `${prefix}r:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
-}
-
 function refuseTransaction(tx: unknown): void {
   if (tx !== undefined) throw new InvalidArgumentError('the redis store cannot join a transaction');
 }
 
 // EVALSHA sends 40 bytes instead of the script; the server loses its script cache on restart or
-// SCRIPT FLUSH, and EVAL both runs the script and caches it again for the next EVALSHA.
-async function evalScript(client: RedisClientLike, script: RedisScript, key: string, args: string[]) {
+// SCRIPT FLUSH, and EVAL both runs the script and caches it again for the next EVALSHA. NOSCRIPT
+// comes before the script runs, so nothing of the batch was written yet.
+async function evalScript(client: RedisClientLike, script: RedisScript, args: string[]): Promise<unknown> {
   try {
-    return await client.sendCommand(['EVALSHA', script.sha, '1', key, ...args]);
+    return await client.sendCommand(args);
   } catch (error) {
     if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-    return client.sendCommand(['EVAL', script.source, '1', key, ...args]);
+    const retry = args.slice();
+    retry[0] = 'EVAL';
+    retry[1] = script.source;
+    return client.sendCommand(retry);
   }
+}
+
+/**
+ * The node-redis options of a client the store makes; the benchmark gives its baselines the same.
+ * A fresh object each time: createClient writes the URL's host, port and tls into `socket`.
+ */
+export function ownedClientOptions(url: string) {
+  return {
+    url,
+    // node-redis reconnects forever and queues commands meanwhile by default, so a request would
+    // hang while Redis is down. Instead a failed connect rejects at once, a dropped connection
+    // closes the client (the store then makes a new one), and no command waits offline.
+    disableOfflineQueue: true,
+    socket: { reconnectStrategy: false as const },
+    // No per-command AbortSignal.timeout (node-redis 6 defaults to 5 s each): the store times
+    // each batch itself, see send().
+    commandOptions: { timeout: 0 },
+  };
 }
 
 async function openClient(url: string): Promise<OwnedClient> {
@@ -169,18 +265,10 @@ async function openClient(url: string): Promise<OwnedClient> {
       cause,
     });
   }
-  // node-redis reconnects forever and queues commands meanwhile by default, so a request would
-  // hang while Redis is down. Instead a failed connect rejects at once, a dropped connection
-  // closes the client (client() then makes a new one), and no command waits offline.
-  const c = redis.createClient({
-    url,
-    disableOfflineQueue: true,
-    socket: { reconnectStrategy: false },
-  }) as unknown as OwnedClient;
+  const c = redis.createClient(ownedClientOptions(url)) as unknown as OwnedClient;
   // Without a listener an 'error' event would crash the process; the failing command already
   // carries the error to the caller.
   c.on('error', () => {});
-  await c.connect();
   return c;
 }
 
@@ -190,24 +278,4 @@ function dispose(c: OwnedClient): void {
   } catch {
     // Already torn down by the driver; nothing is left to release.
   }
-}
-
-// Turns HGETALL pairs back into a record: numbers were stored as decimal strings and a null as an
-// absent field. A client with a Buffer type mapping gives Buffers, hence String().
-function decode(pairs: unknown[]): StoredRecord | null {
-  if (pairs.length === 0) return null;
-  const fields: Record<string, string> = {};
-  for (let i = 0; i + 1 < pairs.length; i += 2) fields[String(pairs[i])] = String(pairs[i + 1]);
-  const record: Record<string, unknown> = {
-    tenant: fields.tenant,
-    action: fields.action,
-    key: fields.key,
-    state: fields.state as RecordState,
-    fingerprint: fields.fingerprint,
-    result: fields.result ?? null,
-    traceId: fields.traceId,
-  };
-  for (const name of NUMBER_FIELDS) record[name] = Number(fields[name]);
-  for (const name of NULLABLE_NUMBER_FIELDS) record[name] = fields[name] === undefined ? null : Number(fields[name]);
-  return record as unknown as StoredRecord;
 }
