@@ -3,6 +3,10 @@
  * bare statements an operation needs) and against Powertools idempotency on Redis, measured in
  * the same run, at concurrency 32. Prints a markdown table; `--json` prints JSON instead.
  *
+ * Then the HTTP part (bench/http.ts): each framework bare, with the Idempotency-Key middleware on
+ * unique keys and on replays, against the engine's own run. BENCH_ONLY=engine or BENCH_ONLY=http
+ * runs one part only.
+ *
  * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
  * 2500), BENCH_ROUNDS (default 3, best kept), BENCH_WARMUP, BENCH_MEMORY_KEYS, BENCH_JSON (also
  * write the JSON to this file), PG_URL or DATABASE_URL, REDIS_URL.
@@ -22,6 +26,8 @@ import {
   type Timing,
   warmUp,
 } from './harness.js';
+import { type HttpResult, runHttp } from './http.js';
+import { httpReport } from './http-report.js';
 import { type MemoryResult, measureMemory } from './memory.js';
 import { powertoolsSubject } from './powertools.js';
 import { runId, scratchDir } from './setup.js';
@@ -32,6 +38,7 @@ const MAX_MS = envInt('BENCH_MAX_MS', 2_500);
 const WARMUP = envInt('BENCH_WARMUP', 500);
 const MEMORY_KEYS = envInt('BENCH_MEMORY_KEYS', 50_000);
 const JSON_OUT = process.argv.includes('--json');
+const ONLY = process.env.BENCH_ONLY;
 
 /** Ops per measurement unless BENCH_N says otherwise; MAX_MS stops a slow one earlier. */
 const budget = (n: number): Budget => ({ n: envInt('BENCH_N', n), maxMs: MAX_MS, concurrency: CONCURRENCY });
@@ -98,7 +105,16 @@ async function runPlan(plan: Plan): Promise<Result[]> {
 }
 
 async function main(): Promise<void> {
+  if (ONLY !== undefined && ONLY !== 'engine' && ONLY !== 'http')
+    throw new Error(`BENCH_ONLY must be engine or http, got ${ONLY}`);
   const started = Date.now();
+  const engine = ONLY === 'http' ? undefined : await runEngine();
+  const http = ONLY === 'engine' ? undefined : await runHttp();
+  report(engine, http, Date.now() - started);
+}
+
+/** The engine part: every store's plan, and memory per key on SQLite. */
+async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }> {
   const id = runId();
   const dir = scratchDir();
   const plans: Plan[] = [
@@ -137,13 +153,54 @@ async function main(): Promise<void> {
     dir.remove();
   }
   if (!memory) throw new Error('the memory measurement did not run');
-  report(results, memory, Date.now() - started);
+  return { results, memory };
 }
 
-function report(results: Result[], memory: MemoryResult, ms: number): void {
+type Checked = Check & { name: string; store: string };
+
+function report(
+  engine: { results: Result[]; memory: MemoryResult } | undefined,
+  httpResults: HttpResult[] | undefined,
+  ms: number,
+): void {
+  const part = engine ? engineReport(engine.results, engine.memory) : undefined;
+  const http = httpResults ? httpReport(httpResults) : undefined;
+  const checks = [...(part?.checks ?? []), ...(http?.checks ?? [])];
+  const failed = checks.filter((c) => !(c.ratio >= c.min));
+  // A wrong response is a broken middleware, not a slow one: the bench fails whatever the speed.
+  if (http && http.failures.length > 0) process.exitCode = 1;
+  const json = {
+    config: { concurrency: CONCURRENCY, rounds: ROUNDS, maxMs: MAX_MS, warmup: WARMUP, node: process.version },
+    results: engine?.results,
+    memory: engine?.memory,
+    http: httpResults?.map((r) => ({ ...r, bare: strip(r.bare), unique: strip(r.unique), replay: strip(r.replay) })),
+    httpFailures: http?.failures,
+    checks: checks.map((c) => ({ ...c, pass: c.ratio >= c.min })),
+    totalMs: ms,
+  };
+  if (process.env.BENCH_JSON) writeFileSync(process.env.BENCH_JSON, `${JSON.stringify(json, null, 2)}\n`);
+  if (JSON_OUT) {
+    process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
+    return;
+  }
+  const lines = [...(part?.lines ?? []), ...(part && http ? [''] : []), ...(http?.lines ?? [])];
+  lines.push(
+    '',
+    failed.length === 0
+      ? `all ${checks.length} targets pass (${(ms / 1000).toFixed(0)} s)`
+      : `${failed.length} of ${checks.length} targets FAIL: ${failed.map((c) => `${c.store} ${c.name}`).join(', ')} (${(ms / 1000).toFixed(0)} s)`,
+  );
+  if (http && http.failures.length > 0) lines.push('HTTP correctness FAILED (see above): exit code 1');
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+/** A load result without its sample of problem messages (which the failures list already has). */
+const strip = ({ problems: _problems, ...rest }: HttpResult['bare']) => rest;
+
+function engineReport(results: Result[], memory: MemoryResult): { lines: string[]; checks: Checked[] } {
   const row = (name: string) => results.find((r) => r.store === name);
   const powertools = row('powertools redis');
-  const checks: (Check & { name: string; store: string })[] = [];
+  const checks: Checked[] = [];
   const rows = results.map((r) => {
     const floor = r.floor?.opsPerSec;
     const isOncely = r.store.startsWith('oncely');
@@ -167,19 +224,6 @@ function report(results: Result[], memory: MemoryResult, ms: number): void {
   });
   const header = ['subject', 'floor ops/s', 'first ops/s', 'replay ops/s', 'first/floor', 'replay/first'];
   const table = markdownTable([...header, 'first vs Powertools'], rows);
-  const failed = checks.filter((c) => !(c.ratio >= c.min));
-  const json = {
-    config: { concurrency: CONCURRENCY, rounds: ROUNDS, maxMs: MAX_MS, warmup: WARMUP, node: process.version },
-    results,
-    checks: checks.map((c) => ({ ...c, pass: c.ratio >= c.min })),
-    memory,
-    totalMs: ms,
-  };
-  if (process.env.BENCH_JSON) writeFileSync(process.env.BENCH_JSON, `${JSON.stringify(json, null, 2)}\n`);
-  if (JSON_OUT) {
-    process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
-    return;
-  }
   const lines = [
     `oncely benchmarks: concurrency ${CONCURRENCY}, best of ${ROUNDS} rounds, each ≤ ${MAX_MS} ms or N ops, node ${process.version}`,
     '',
@@ -190,12 +234,8 @@ function report(results: Result[], memory: MemoryResult, ms: number): void {
     '',
     `memory (oncely sqlite): heap ${signed(memory.heapDeltaPer10kKeys / 1024)} KiB per 10,000 unique keys over` +
       ` ${memory.keys.toLocaleString('en-US')} keys (heap ${mib(memory.heapBefore)} -> ${mib(memory.heapAfter)} MiB; ${memory.gc})`,
-    '',
-    failed.length === 0
-      ? `all ${checks.length} targets pass (${(ms / 1000).toFixed(0)} s)`
-      : `${failed.length} of ${checks.length} targets FAIL: ${failed.map((c) => `${c.store} ${c.name}`).join(', ')} (${(ms / 1000).toFixed(0)} s)`,
   ];
-  process.stdout.write(`${lines.join('\n')}\n`);
+  return { lines, checks };
 }
 
 const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(1)}`;

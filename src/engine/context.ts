@@ -24,8 +24,8 @@ export interface RunContext {
   subKey(index: number | string): string;
 }
 
-/** Builds the context of one execution of a claimed record. */
-export function createContext(record: StoredRecord, signal: AbortSignal): RunContext {
+/** Builds the context of one execution of a claimed record; the signal is made only if asked for. */
+export function createContext(record: StoredRecord, signal: () => AbortSignal): RunContext {
   return {
     idempotencyKey: record.key,
     action: record.action,
@@ -34,7 +34,9 @@ export function createContext(record: StoredRecord, signal: AbortSignal): RunCon
     fence: record.fence,
     traceId: record.traceId,
     requestId: randomUUID(),
-    signal,
+    get signal() {
+      return signal();
+    },
     stableId: (scope) => stableUuid(record.tenant, record.action, record.key, scope),
     subKey: (index) => `${record.key}:${index}`,
   };

@@ -60,6 +60,8 @@ export interface WrapOptions<I> extends ActionOptions {
 /** How a person or reconciler settles an `unknown` record. */
 export type Resolution = { value: unknown } | { error: { name?: string; message: string; code?: string } } | 'retry';
 
+// Inside a caller's transaction the claim cannot be lost to anyone, so its signal never fires.
+const NEVER_ABORTED = new AbortController().signal;
 const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
 const PURGE_BATCH = 500;
@@ -281,7 +283,7 @@ export class Oncely {
   ): Promise<RunResult<T>> {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs) : undefined;
-    const ctx = createContext(record, keeper?.controller.signal ?? new AbortController().signal);
+    const ctx = createContext(record, () => keeper?.signal ?? NEVER_ABORTED);
     let value: T;
     try {
       value = await fn(ctx);

@@ -7,7 +7,9 @@ import type { RecordStore } from '../store.js';
  * aborts `signal` when a renewal finds the claim taken over or the lease ran out unrenewed.
  */
 export class LeaseKeeper {
-  readonly controller = new AbortController();
+  // Created on first use: an AbortController per execution costs more than the rest of the engine.
+  private controller: AbortController | undefined;
+  private lost: LeaseLostError | undefined;
   private timer: NodeJS.Timeout | undefined;
   private leaseUntil: number;
 
@@ -42,9 +44,20 @@ export class LeaseKeeper {
     }
   }
 
+  /** Aborts with LEASE_LOST once the claim is lost. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.lost) this.controller.abort(this.lost);
+    }
+    return this.controller.signal;
+  }
+
   private lose(): void {
     this.stop();
-    if (!this.controller.signal.aborted) this.controller.abort(new LeaseLostError(this.record.key, this.record.action));
+    if (this.lost) return;
+    this.lost = new LeaseLostError(this.record.key, this.record.action);
+    this.controller?.abort(this.lost);
   }
 
   /** Stops renewing; called once the function settled. */

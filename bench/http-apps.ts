@@ -1,0 +1,131 @@
+/**
+ * The `POST /orders` route of examples/express.ts, examples/fastify.ts and examples/hono.ts, built
+ * twice per framework: bare, and with the Idempotency-Key middleware configured as the examples do
+ * (`{ once, tenant: x-account }`, mounted the same way). One factory builds both, so the handler
+ * is the same code in both apps and only the middleware differs between "bare" and "unique/replay".
+ */
+import type { AddressInfo } from 'node:net';
+import { serve } from '@hono/node-server';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import Fastify, { type FastifyRequest } from 'fastify';
+import { type Context, Hono } from 'hono';
+import { idempotency as expressIdempotency } from '../src/express/index.js';
+import { idempotency as fastifyIdempotency } from '../src/fastify/index.js';
+import { idempotency as honoIdempotency } from '../src/hono/index.js';
+import type { Oncely } from '../src/index.js';
+
+export const FRAMEWORKS = ['express', 'fastify', 'hono'] as const;
+export type Framework = (typeof FRAMEWORKS)[number];
+
+/** Tenant every benchmark request carries in x-account, so the middleware's tenant path runs too. */
+export const HTTP_TENANT = 'bench';
+
+/** A listening app on 127.0.0.1. */
+export interface RunningApp {
+  port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * The examples count handler runs per route and key (their tests read it); kept here so the
+ * handler does the same work as the example's, in both apps.
+ */
+function counter() {
+  const calls = new Map<string, number>();
+  return (name: string) => {
+    const n = (calls.get(name) ?? 0) + 1;
+    calls.set(name, n);
+    return n;
+  };
+}
+
+/** Builds and starts `framework`'s orders app; with `once`, behind the middleware. */
+export function startApp(framework: Framework, once: Oncely | undefined): Promise<RunningApp> {
+  if (framework === 'express') return startExpress(once);
+  if (framework === 'fastify') return startFastify(once);
+  return startHono(once);
+}
+
+async function startExpress(once: Oncely | undefined): Promise<RunningApp> {
+  const count = counter();
+  let orders = 0;
+  const app = express();
+  app.use(express.json());
+  // As in the example: mounted on the route, so the action is the route pattern.
+  const guards = once ? [expressIdempotency({ once, tenant: (req) => req.get('x-account') })] : [];
+  app.post('/orders', ...guards, (req: Request, res: Response) => {
+    const { item, amount } = req.body as { item: string; amount: number };
+    const orderId = `ord_${++orders}`;
+    res
+      .status(201)
+      .location(`/orders/${orderId}`)
+      .json({ orderId, item, amount, n: count(`${req.baseUrl}${req.route.path} ${req.get('idempotency-key') ?? ''}`) });
+  });
+  app.use(
+    (
+      error: { status?: number; expose?: boolean; message?: string },
+      _req: Request,
+      res: Response,
+      _next: NextFunction,
+    ) => {
+      res.status(error.status ?? 500).json({ error: error.expose ? error.message : 'internal' });
+    },
+  );
+  const server = await new Promise<import('node:http').Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return { port: (server.address() as AddressInfo).port, close: () => closeServer(server) };
+}
+
+async function startFastify(once: Oncely | undefined): Promise<RunningApp> {
+  const count = counter();
+  let orders = 0;
+  const app = Fastify();
+  // As in the example: registered on the root scope before the routes.
+  if (once) {
+    const header = (req: FastifyRequest, name: string) => {
+      const value = req.headers[name];
+      return typeof value === 'string' ? value : undefined;
+    };
+    app.register(fastifyIdempotency, { once, tenant: (req) => header(req, 'x-account') });
+  }
+  app.post('/orders', async (req, reply) => {
+    const { item, amount } = req.body as { item: string; amount: number };
+    const orderId = `ord_${++orders}`;
+    reply.code(201).header('location', `/orders/${orderId}`);
+    return { orderId, item, amount, n: count(`${req.routeOptions.url} ${req.headers['idempotency-key'] ?? ''}`) };
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() };
+}
+
+async function startHono(once: Oncely | undefined): Promise<RunningApp> {
+  const count = counter();
+  let orders = 0;
+  const app = new Hono();
+  // As in the example: one app-wide middleware; the action is each route's pattern.
+  if (once) app.use('*', honoIdempotency({ once, tenant: (c) => c.req.header('x-account') }));
+  app.onError((_error, c) => c.json({ error: 'internal' }, 500));
+  app.post('/orders', async (c: Context) => {
+    const { item, amount } = await c.req.json<{ item: string; amount: number }>();
+    const orderId = `ord_${++orders}`;
+    c.header('Location', `/orders/${orderId}`);
+    return c.json(
+      { orderId, item, amount, n: count(`${c.req.routePath} ${c.req.header('idempotency-key') ?? ''}`) },
+      201,
+    );
+  });
+  let server!: ReturnType<typeof serve>;
+  const port = await new Promise<number>((resolve) => {
+    server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+  });
+  return { port, close: () => closeServer(server as import('node:http').Server) };
+}
+
+/** Closes a node http server, keep-alive connections included (autocannon leaves none, but a crash might). */
+function closeServer(server: import('node:http').Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+}

@@ -1,0 +1,116 @@
+/**
+ * The server side of the HTTP benchmark, run by bench/http.ts as a child process
+ * (`node --import tsx bench/http-server.ts <framework> sqlite <file> | postgres <schema> <url>`), so
+ * the load generator never shares an event loop with the server. It opens one engine on the store,
+ * serves the bare app and the middleware app from it on two ports, and on request measures the
+ * engine's own `once.run` in this same process, on the same engine and store, at the same
+ * concurrency, with the input and stored value the middleware would use for `POST /orders`.
+ *
+ * Protocol (IPC): sends { ready, bare, guarded } once listening; answers
+ * { engine: { warmup, maxMs, concurrency } } with { engine: Timing, cpu }, { cpu } with the CPU
+ * time this process has used (user + system, µs); { close } closes and exits.
+ */
+import { encodeResponse } from '../src/http/response.js';
+import { createOncely, type Oncely } from '../src/index.js';
+import { postgresStore } from '../src/postgres/index.js';
+import { sqliteStore } from '../src/sqlite/index.js';
+import type { RecordStore } from '../src/store.js';
+import { measure, type Timing, warmUp } from './harness.js';
+import { FRAMEWORKS, type Framework, HTTP_TENANT, type RunningApp, startApp } from './http-apps.js';
+
+/** Messages from bench/http.ts. */
+export type ServerCommand =
+  | { engine: { warmup: number; maxMs: number; concurrency: number } }
+  | { cpu: true }
+  | { close: true };
+/** Messages to bench/http.ts. */
+export type ServerReply =
+  | { ready: true; bare: number; guarded: number }
+  | { engine: Timing; cpu: number }
+  | { cpu: number }
+  | { error: string };
+
+/** CPU time used by this process so far, user and system, in µs. */
+function cpuNow(): number {
+  const { user, system } = process.cpuUsage();
+  return user + system;
+}
+
+const send = (message: ServerReply) => process.send?.(message);
+
+// The URL comes from the parent rather than bench/setup.ts, which imports every store (Redis too):
+// the server loads only the store it serves.
+function openStore(kind: string, where: string, url: string): RecordStore {
+  if (kind === 'sqlite') return sqliteStore({ path: where });
+  if (kind === 'postgres') return postgresStore({ connectionString: url, schema: where });
+  throw new Error(`unknown store ${kind}`);
+}
+
+/**
+ * The engine loop: what the gate hands `once.run` for one `POST /orders` (input: method, action and
+ * body; value: the encoded 201 response), minus HTTP. Its own action, so its keys never meet the
+ * HTTP runs' keys.
+ */
+function engineOp(once: Oncely) {
+  const input = { method: 'POST', action: 'POST /orders', body: { item: 'tea', amount: 3 } };
+  const body = Buffer.from(JSON.stringify({ orderId: 'ord_1', item: 'tea', amount: 3, n: 1 }));
+  const value = encodeResponse(
+    {
+      status: 201,
+      headers: { 'content-type': 'application/json; charset=utf-8', location: '/orders/ord_1' },
+      body,
+    },
+    ['content-type', 'location'],
+  );
+  return async (i: number) => {
+    const r = await once.run({ action: 'POST /engine', key: `e${i}`, tenant: HTTP_TENANT, input }, () => value);
+    if (r.replayed) throw new Error(`engine key e${i} was not new`);
+  };
+}
+
+async function main(): Promise<void> {
+  const [framework, kind, where, url = ''] = process.argv.slice(2);
+  if (!FRAMEWORKS.includes(framework as Framework) || !kind || !where)
+    throw new Error('usage: http-server.ts <express|fastify|hono> <sqlite|postgres> <file|schema> [url]');
+  const once = await createOncely({ store: openStore(kind, where, url) });
+  const apps: RunningApp[] = [
+    await startApp(framework as Framework, undefined),
+    await startApp(framework as Framework, once),
+  ];
+  const op = engineOp(once);
+  let cursor = 0;
+  process.on('message', (command: ServerCommand) => {
+    if ('close' in command) {
+      // Servers first, so no request is in flight when the engine (and the SQLite file) closes.
+      Promise.all(apps.map((a) => a.close()))
+        .then(() => once.close())
+        .then(
+          () => process.exit(0),
+          () => process.exit(1),
+        );
+      return;
+    }
+    if ('cpu' in command) {
+      send({ cpu: cpuNow() });
+      return;
+    }
+    if (!('engine' in command)) return;
+    const { warmup, maxMs, concurrency } = command.engine;
+    (async () => {
+      await warmUp(op, warmup, concurrency, cursor);
+      cursor += warmup;
+      const cpu = cpuNow();
+      const timing = await measure(op, { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency }, cursor);
+      cursor += timing.ops;
+      send({ engine: timing, cpu: cpuNow() - cpu });
+    })().catch((error: unknown) => send({ error: String(error) }));
+  });
+  // A bench that died without closing us leaves no server behind.
+  process.on('disconnect', () => process.exit(1));
+  send({ ready: true, bare: apps[0]?.port ?? 0, guarded: apps[1]?.port ?? 0 });
+}
+
+main().catch((error: unknown) => {
+  send({ error: String(error) });
+  process.exit(1);
+});
