@@ -1,0 +1,67 @@
+import type { Sql } from '../db/types.js';
+
+/** Answer of every store primitive: never thrown for expected outcomes. */
+export type Result<T> = { ok: true; data: T } | { ok: false; error: { code: string; message: string } };
+
+/** Comparison operators of `where`: a plain value means `eq`. */
+export type Condition =
+  | unknown
+  | { eq: unknown }
+  | { ne: unknown }
+  | { in: readonly unknown[] }
+  | { lt: unknown }
+  | { lte: unknown }
+  | { gt: unknown }
+  | { gte: unknown }
+  | { isNull: boolean };
+
+/** Columns (camelCase) to conditions, all of which must hold. */
+export type Where = Record<string, Condition>;
+
+/** The data primitives handlers and consumers get as `ctx.store`, bound to the current transaction. */
+export interface DataStore {
+  /** Inserts unless a row with the same `uniqueBy` values exists; `created: false` returns the existing row. */
+  createIfAbsent(
+    table: string,
+    record: Record<string, unknown>,
+    uniqueBy: readonly string[],
+  ): Promise<Result<{ record: Record<string, unknown>; created: boolean }>>;
+  /** Updates the rows matching `where`; `affected === 1` means this caller won the transition. */
+  update(table: string, where: Where, patch: Record<string, unknown>): Promise<Result<{ affected: number }>>;
+  /**
+   * Applies `patch` to the row identified by `keyFields` only if `version` is newer than the stored
+   * one (column `version`); creates the row if absent.
+   */
+  applyVersion(
+    table: string,
+    keyFields: Record<string, unknown>,
+    version: number,
+    patch: Record<string, unknown>,
+  ): Promise<Result<{ applied: true } | { applied: false; reason: 'stale' }>>;
+  /** One row matching `where`, or null. */
+  get(table: string, where: Where): Promise<Result<Record<string, unknown> | null>>;
+  /** Rows matching `where`, ordered and limited. */
+  find(
+    table: string,
+    where?: Where,
+    options?: { orderBy?: string | readonly [string, 'asc' | 'desc'][]; limit?: number },
+  ): Promise<Result<Record<string, unknown>[]>>;
+}
+
+/** Creates the DataStore of one transaction. */
+export type DataStoreFactory = (tx: Sql) => DataStore;
+
+/** An event as consumers receive it. */
+export interface HostEvent {
+  /** The event id given by the sender (or the outbox id): the consumer's idempotency key. */
+  id: string;
+  source: string;
+  type: string;
+  data: unknown;
+  receivedAt: number;
+  /** 1 on the first delivery to the consumer, growing with each retry. */
+  attempt: number;
+}
+
+/** What happened to an event, as counted by the host. */
+export type EventOutcome = 'accepted' | 'duplicate' | 'applied' | 'stale' | 'retrying' | 'dead_lettered';
