@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command } from 'commander';
 import { runDemo } from './demo.js';
+import { addHostCommands } from './host-commands.js';
 
 const program = new Command('oncely').description('Side effects that happen once in effect.');
 
@@ -12,6 +13,8 @@ program
     const report = await runDemo(options.db, (line) => console.log(line));
     if (report.smsSent !== 1) process.exitCode = 1;
   });
+
+addHostCommands(program);
 
 program.parseAsync().catch((error: unknown) => {
   console.error(error instanceof Error ? `${error.name}: ${error.message}` : error);

@@ -44,7 +44,8 @@ function over(client: PgClient, handle: unknown): Sql {
 export async function openPostgres(target: string, max = 10): Promise<Db> {
   const url = new URL(target);
   const schema = url.searchParams.get('schema') ?? 'public';
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema)) throw new Error(`schema must be a plain lower-case identifier, got ${schema}`);
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema))
+    throw new Error(`schema must be a plain lower-case identifier, got ${schema}`);
   url.searchParams.delete('schema');
   const pg = await import('pg');
   const pool: PgPool = new (pg.default ?? pg).Pool({ connectionString: url.toString(), max });

@@ -209,16 +209,38 @@ export function createDataStore(tx: Sql, schema: AppSchema, options: DataStoreOp
     update: (tableName, where, patch) =>
       call(async () => {
         const table = tableOf(tableName);
-        const set = values(table, patch, 'patch');
+        // `{ increment: n }` changes a number relative to its stored value, in the statement itself,
+        // so concurrent writers (stock, balances) never lose each other's changes.
+        const relative: [ColumnSchema, number][] = [];
+        const plain: Record<string, unknown> = {};
+        for (const [name, value] of Object.entries(patch)) {
+          const step = (value as { increment?: unknown } | null)?.increment;
+          if (typeof value !== 'object' || value === null || Object.keys(value).length !== 1 || step === undefined) {
+            plain[name] = value;
+            continue;
+          }
+          const column = columnOf(table, name);
+          if (
+            typeof step !== 'number' ||
+            !Number.isFinite(step) ||
+            !['integer', 'real', 'numeric'].includes(column.kind)
+          )
+            throw new Refusal('VALUE_INVALID', `patch.${name}: increment needs a finite number and a numeric column`);
+          relative.push([column, step]);
+        }
+        const set = values(table, plain, 'patch');
         const condition = whereSql(table, where, dialect);
         if (condition.sql === '')
           throw new Refusal('WHERE_REQUIRED', 'update needs a where with at least one condition');
-        if (set.size === 0) throw new Refusal('VALUE_INVALID', 'patch sets no column');
+        if (set.size === 0 && relative.length === 0) throw new Refusal('VALUE_INVALID', 'patch sets no column');
         stamp(table, set, ['updated_at']);
         const columns = ordered(table, set);
-        const assignments = columns.map(([c]) => `${quoteIdent(c.name)} = ?`).join(', ');
+        const assignments = [
+          ...columns.map(([c]) => `${quoteIdent(c.name)} = ?`),
+          ...relative.map(([c]) => `${quoteIdent(c.name)} = ${quoteIdent(c.name)} + ?`),
+        ].join(', ');
         const text = `UPDATE ${target(table)} SET ${assignments} WHERE ${condition.sql}`;
-        const params = [...columns.map(([, v]) => v), ...condition.params];
+        const params = [...columns.map(([, v]) => v), ...relative.map(([, step]) => step), ...condition.params];
         return { affected: await write(() => tx.run(text, params)) };
       }),
 

@@ -1,7 +1,9 @@
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { PublicRecord } from '../core/record.js';
+import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunResult } from '../engine/engine.js';
+import { validateKey } from '../core/key.js';
 import { readKeyHeader } from './header.js';
 import { problemFor } from './problem.js';
 import { decodeResponse, encodeResponse, type HttpResponse, type StoredResponse } from './response.js';
@@ -43,6 +45,8 @@ export interface RequestFacts {
   /** The route pattern, or the path when the framework cannot tell the pattern yet. */
   route: string;
   header: string | string[] | undefined;
+  /** A key the caller already derived (from business fields), used when the header is absent. */
+  key?: string;
   body: unknown;
   /** Size of the request body when known (Content-Length). */
   bodyBytes: number | undefined;
@@ -56,6 +60,8 @@ export type GateStart =
 
 /** A claimed request: report its response (or its abandonment) so the record is written. */
 export interface Execution {
+  /** The engine's context of the claim: key, stable ids, trace and request ids. */
+  readonly context: RunContext;
   /**
    * Stores (or releases) the captured response and returns the response to send. `complete` is
    * false when the body was streamed or cut at maxBodyBytes, which is never stored half.
@@ -106,11 +112,14 @@ export class IdempotencyGate<Req> {
     return this.methods.has(method.toUpperCase());
   }
 
-  /** Decides what happens to a covered request: pass, answer now, or execute under a claim. */
-  async begin(req: Req, facts: RequestFacts): Promise<GateStart> {
+  /**
+   * Decides what happens to a covered request: pass, answer now, or execute under a claim. With
+   * `tx` (a caller's open transaction) the claim and its outcome commit with the caller's writes.
+   */
+  async begin(req: Req, facts: RequestFacts, join: { tx?: unknown } = {}): Promise<GateStart> {
     let key: string | undefined;
     try {
-      key = readKeyHeader(facts.header);
+      key = readKeyHeader(facts.header) ?? (facts.key === undefined ? undefined : validateKey(facts.key));
       if (facts.bodyBytes !== undefined && facts.bodyBytes > this.maxBodyBytes)
         throw new OncelyError('REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`);
     } catch (error) {
@@ -128,10 +137,11 @@ export class IdempotencyGate<Req> {
       typeof fingerprint === 'function'
         ? fingerprint(req)
         : { method, action, body: fingerprint ? pick(facts.body, fingerprint) : facts.body };
-    return this.claim({ action, key, tenant, input });
+    return this.claim({ action, key, tenant, input, tx: join.tx });
   }
 
   private async claim(request: {
+    tx: unknown;
     action: string;
     key: string;
     tenant: string | undefined;
@@ -153,12 +163,14 @@ export class IdempotencyGate<Req> {
           key: request.key,
           tenant: request.tenant,
           input: request.input,
+          tx: request.tx,
           ttl,
           lease,
           wait,
           onError: storesNotStored,
         },
-        () => {
+        (ctx) => {
+          context = ctx;
           claimed();
           return outcome;
         },
@@ -167,6 +179,7 @@ export class IdempotencyGate<Req> {
         (result) => ({ result }),
         (error: unknown) => ({ error }),
       );
+    let context!: RunContext;
     let done = false;
     let timer: NodeJS.Timeout | undefined;
     // True the first time only: an outcome is reported once, whichever of finish, abandon or the timer comes first.
@@ -185,6 +198,7 @@ export class IdempotencyGate<Req> {
     return {
       kind: 'execute',
       run: {
+        context,
         finish: async (response, complete) => {
           if (!settled()) return response;
           if (!complete)

@@ -1,0 +1,32 @@
+import type { HostContext } from '../../../../src/host/index.js';
+import { loadProduct } from '../../products.js';
+import { must } from '../../shop.js';
+
+/** Clients retry this after timeouts: a key is required, and a replay answers with the first order. */
+export const idempotency = { required: true, ttl: '24h' };
+
+/** Creates an order; its id comes from the request's key, so a retry can never create a second one. */
+export async function handle(
+  input: { customerId: string; sku: string; quantity: number; phone: string },
+  ctx: HostContext,
+) {
+  const product = await loadProduct(ctx.store, input.sku);
+  const id = `ord_${ctx.stableId('order').slice(0, 18)}`;
+  const { created } = must(
+    await ctx.store.createIfAbsent(
+      'orders',
+      {
+        id,
+        customerId: input.customerId,
+        sku: input.sku,
+        quantity: input.quantity,
+        amountCents: product.priceCents * input.quantity,
+        phone: input.phone,
+        status: 'created',
+      },
+      ['id'],
+    ),
+  );
+  ctx.log.info('order created', { id, created });
+  return { orderId: id, amountCents: product.priceCents * input.quantity };
+}

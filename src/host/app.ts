@@ -1,0 +1,93 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { basename, extname, join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { Duration, Ttl } from '../core/duration.js';
+import type { HostConfig } from './config.js';
+import type { HostContext } from './context.js';
+import type { HostEvent } from './types.js';
+
+/** A Standard Schema (zod, valibot, arktype...): validated without depending on any of them. */
+export interface InputSchema {
+  '~standard': {
+    validate(
+      value: unknown,
+    ):
+      | { value: unknown; issues?: undefined }
+      | { issues: readonly { message: string }[] }
+      | Promise<{ value: unknown; issues?: undefined } | { issues: readonly { message: string }[] }>;
+  };
+}
+
+/** What a file in `handlers/<group>/<name>.ts` exports. */
+export interface HandlerModule {
+  handle(input: unknown, ctx: HostContext): unknown;
+  /** Whether a key is required, which input fields build it when the request sends none, and how long it replays. */
+  idempotency?: { required?: boolean; keyFields?: readonly string[]; ttl?: Ttl; lease?: Duration };
+  input?: InputSchema;
+}
+
+/** What a file in `consumers/<source>/<type>.ts` exports. */
+export interface ConsumerModule {
+  handle(event: HostEvent, ctx: HostContext): unknown;
+  /** Ordering by business version: events older than the aggregate's stored version are `stale`. */
+  ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
+}
+
+/** An app folder, loaded. */
+export interface App {
+  dir: string;
+  config: HostConfig;
+  schemaSql: string;
+  /** By handler id: `<group>.<name>`, e.g. `orders.create`. */
+  handlers: Map<string, HandlerModule>;
+  /** By `<source>/<type>`, e.g. `shop/order.paid`. */
+  consumers: Map<string, ConsumerModule>;
+}
+
+const CODE = new Set(['.ts', '.mts', '.js', '.mjs']);
+const NAME = /^[a-z0-9][a-z0-9._-]*$/i;
+
+/** Loads `schema.sql`, `oncely.config.ts`, `handlers/*\/*` and `consumers/*\/*` of an app folder. */
+export async function loadApp(folder: string): Promise<App> {
+  const dir = resolve(folder);
+  if (!existsSync(dir)) throw new Error(`app folder ${dir} does not exist`);
+  const schemaPath = join(dir, 'schema.sql');
+  const configPath = ['oncely.config.ts', 'oncely.config.js'].map((f) => join(dir, f)).find((f) => existsSync(f));
+  const config = configPath ? ((await import(pathToFileURL(configPath).href)).default as HostConfig) : {};
+  const handlers = new Map<string, HandlerModule>();
+  for (const [group, name, file] of modules(join(dir, 'handlers'))) {
+    const module = (await import(pathToFileURL(file).href)) as HandlerModule;
+    if (typeof module.handle !== 'function') throw new Error(`${file} must export handle(input, ctx)`);
+    handlers.set(`${group}.${name}`, module);
+  }
+  const consumers = new Map<string, ConsumerModule>();
+  for (const [source, type, file] of modules(join(dir, 'consumers'))) {
+    const module = (await import(pathToFileURL(file).href)) as ConsumerModule;
+    if (typeof module.handle !== 'function') throw new Error(`${file} must export handle(event, ctx)`);
+    consumers.set(`${source}/${type}`, module);
+  }
+  return {
+    dir,
+    config,
+    schemaSql: existsSync(schemaPath) ? readFileSync(schemaPath, 'utf8') : '',
+    handlers,
+    consumers,
+  };
+}
+
+/** [folder, name without extension, path] of the code files one level below `root`. */
+function modules(root: string): [string, string, string][] {
+  if (!existsSync(root)) return [];
+  const found: [string, string, string][] = [];
+  for (const folder of readdirSync(root, { withFileTypes: true })) {
+    if (!folder.isDirectory() || !NAME.test(folder.name)) continue;
+    for (const file of readdirSync(join(root, folder.name), { withFileTypes: true })) {
+      const extension = extname(file.name);
+      if (!file.isFile() || !CODE.has(extension) || file.name.endsWith('.d.ts') || file.name.includes('.test.'))
+        continue;
+      const name = basename(file.name, extension);
+      if (NAME.test(name)) found.push([folder.name, name, join(root, folder.name, file.name)]);
+    }
+  }
+  return found.sort((a, b) => a[2].localeCompare(b[2]));
+}

@@ -1,0 +1,61 @@
+import { randomUUID } from 'node:crypto';
+import { KeyRequiredError } from '../core/errors.js';
+import { stableUuid } from '../core/ids.js';
+import type { Sql } from '../db/types.js';
+import type { RunContext } from '../engine/context.js';
+import { enqueue } from './outbox.js';
+import type { DataStore } from './types.js';
+
+/** Structured log lines of one execution, tagged with its trace and request ids. */
+export interface HostLog {
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}
+
+/** What handlers and consumers get: the key, stable ids, the data store and the outbox of their transaction. */
+export interface HostContext {
+  /** The Idempotency-Key of the request, or the event id; undefined for a keyless request. */
+  readonly idempotencyKey: string | undefined;
+  readonly tenant: string;
+  readonly traceId: string;
+  readonly requestId: string;
+  /** A deterministic UUID for `scope` under this key; throws KEY_REQUIRED without a key (the host never invents one). */
+  stableId(scope: string): string;
+  readonly log: HostLog;
+  /** Data primitives bound to this execution's transaction. */
+  readonly store: DataStore;
+  /** Messages written in this execution's transaction, delivered after it commits. */
+  readonly outbox: {
+    enqueue(topic: string, payload: unknown, options?: { id?: string }): Promise<{ id: string; created: boolean }>;
+  };
+}
+
+/** Builds the context of one execution: under a claim (`run`), or keyless. */
+export function hostContext(tx: Sql, store: DataStore, run: RunContext | undefined, tenant: string): HostContext {
+  const traceId = run?.traceId ?? randomUUID();
+  const requestId = run?.requestId ?? randomUUID();
+  const stableId = (scope: string) => {
+    if (!run) throw new KeyRequiredError('ctx.stableId needs an idempotency key; this request had none');
+    return stableUuid(run.tenant, run.action, run.idempotencyKey, scope);
+  };
+  let sequence = 0;
+  const line =
+    (level: string) =>
+    (message: string, fields: Record<string, unknown> = {}) =>
+      process.stderr.write(`${JSON.stringify({ level, time: Date.now(), traceId, requestId, message, ...fields })}\n`);
+  return {
+    idempotencyKey: run?.idempotencyKey,
+    tenant,
+    traceId,
+    requestId,
+    stableId,
+    log: { info: line('info'), warn: line('warn'), error: line('error') },
+    store,
+    outbox: {
+      // The default id comes from the key and the enqueue's position, so a re-run enqueues nothing new.
+      enqueue: (topic, payload, options = {}) =>
+        enqueue(tx, options.id ?? stableId(`outbox:${topic}:${sequence++}`), topic, payload),
+    },
+  };
+}

@@ -1,0 +1,332 @@
+import { OncelyError } from '../core/errors.js';
+import { validateKey } from '../core/key.js';
+import type { Db, Sql } from '../db/types.js';
+import * as q from './event-sql.js';
+import type { EventOutcome, HostEvent } from './types.js';
+
+export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
+
+/** How the queue runs the consumer of one (source, type). */
+export interface ConsumerBinding {
+  /** Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id). */
+  handle(event: HostEvent, tx: Sql): Promise<void>;
+  /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
+  ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
+}
+
+/** Options of an EventQueue; every duration is in milliseconds. */
+export interface EventQueueOptions {
+  /** The consumer of an event type; undefined stores the event as `no_consumer`. */
+  consumerFor(source: string, type: string): ConsumerBinding | undefined;
+  /** Attempts before an event is dead-lettered; default 8. */
+  maxAttempts?: number;
+  /** Exponential backoff base, with full jitter; default 500. */
+  baseDelayMs?: number;
+  /** Longest delay between attempts; default 60_000. */
+  maxDelayMs?: number;
+  /** A claimed event whose worker died is claimed again after this; default 30_000. */
+  leaseMs?: number;
+  /** Events one queue processes at once; default 16. */
+  batchSize?: number;
+  /** How often the loop looks for due events when nothing woke it; default 250. */
+  pollMs?: number;
+  /** Errors of the queue itself (database down, a claim refused); default console.error. */
+  onError?: (error: unknown) => void;
+}
+
+const OUTCOMES: readonly EventOutcome[] = ['accepted', 'duplicate', 'applied', 'stale', 'retrying', 'dead_lettered'];
+// Spreads PostgreSQL's counter updates over rows, so concurrent intakes do not queue on one row lock.
+const COUNTER_SHARDS = 16;
+const MAX_ERROR_LENGTH = 2_000;
+
+/**
+ * Delay before the next attempt: full jitter, a uniform draw in [0, min(maxMs, baseMs * 2^(attempt-1))).
+ * @param attempt the attempt that just failed, from 1
+ */
+export function backoffDelay(attempt: number, baseMs: number, maxMs: number, random: () => number = Math.random) {
+  const ceiling = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 52));
+  return Math.floor(random() * ceiling);
+}
+
+/**
+ * Persisted event intake and delivery: events are stored first, then consumed asynchronously with
+ * bounded retries and dead letters. Several processes on one PostgreSQL share the work.
+ * @example
+ * const queue = new EventQueue(db, { consumerFor: (source, type) => consumers[`${source}/${type}`] });
+ * await queue.migrate();
+ * queue.start();
+ * await queue.intake('shop', 'evt_1', 'order.paid', { orderId: 'ORD-1' }); // 'accepted'
+ */
+export class EventQueue {
+  private readonly maxAttempts: number;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
+  private readonly leaseMs: number;
+  private readonly batchSize: number;
+  private readonly pollMs: number;
+  private readonly onError: (error: unknown) => void;
+  private readonly inFlight = new Set<Promise<void>>();
+  private loop: Promise<void> | undefined;
+  private stopping = false;
+  private wakeUp: (() => void) | undefined;
+  private woken = false;
+
+  constructor(
+    private readonly db: Db,
+    private readonly options: EventQueueOptions,
+  ) {
+    this.maxAttempts = positive(options.maxAttempts ?? 8, 'maxAttempts');
+    this.baseDelayMs = positive(options.baseDelayMs ?? 500, 'baseDelayMs');
+    this.maxDelayMs = positive(options.maxDelayMs ?? 60_000, 'maxDelayMs');
+    this.leaseMs = positive(options.leaseMs ?? 30_000, 'leaseMs');
+    this.batchSize = positive(options.batchSize ?? 16, 'batchSize');
+    this.pollMs = positive(options.pollMs ?? 250, 'pollMs');
+    this.onError = options.onError ?? ((error) => console.error('oncely event queue:', error));
+  }
+
+  /** Creates the queue's tables if missing; safe to run from several processes at once. */
+  async migrate(): Promise<void> {
+    const ready = async (sql: Sql) =>
+      sql.dialect === 'postgres' && (await sql.all<{ ready: boolean }>(q.tablesExist))[0]?.ready === true;
+    if (await ready(this.db)) return;
+    await this.db.transaction(async (tx) => {
+      if (tx.dialect === 'postgres') await tx.all(q.migrationLock);
+      if (await ready(tx)) return;
+      for (const statement of q.createTables(tx.dialect)) await tx.run(statement);
+    });
+  }
+
+  /**
+   * Stores an event unless (source, id) is already stored. Pass `tx` to store it in the caller's
+   * transaction (an outbox relay, a handler); otherwise it commits before this resolves.
+   */
+  async intake(source: string, id: string, type: string, data: unknown, tx?: Sql): Promise<'accepted' | 'duplicate'> {
+    validateKey(id);
+    if (typeof source !== 'string' || source.length === 0 || source.includes('/'))
+      throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
+    const payload = JSON.stringify(data ?? null);
+    const store = async (sql: Sql) => {
+      const now = Date.now();
+      const inserted = await sql.run(q.insertEvent, [source, id, type, payload, now, now, now]);
+      const outcome = inserted > 0 ? 'accepted' : 'duplicate';
+      await this.count(sql, outcome);
+      return outcome;
+    };
+    const outcome = tx ? await store(tx) : await this.db.transaction(store);
+    if (outcome === 'accepted') this.wake();
+    return outcome;
+  }
+
+  /** Starts the polling loop; intake() and replay() wake it early. */
+  start(): void {
+    if (this.loop) return;
+    this.stopping = false;
+    this.loop = this.run().finally(() => {
+      this.loop = undefined;
+    });
+  }
+
+  /** Stops claiming and waits for the events in flight to finish. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wake();
+    await this.loop;
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  /**
+   * Processes events until none is pending or processing (waiting out retries and leases of other
+   * workers), for tests and demos. Throws DRAIN_TIMEOUT if some still are after `timeoutMs`.
+   */
+  async drain(timeoutMs = 30_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const claimed = await this.claimAndProcess(this.batchSize);
+      await Promise.allSettled([...this.inFlight]);
+      if (claimed > 0) continue;
+      const [row] = await this.db.all<{ open: number | string; next_at: number | string | null }>(q.openEvents);
+      if (!row || Number(row.open) === 0) return;
+      const now = Date.now();
+      if (now >= deadline)
+        throw new OncelyError('DRAIN_TIMEOUT', `${row.open} event(s) still pending or processing after ${timeoutMs}ms`);
+      const nextAt = row.next_at === null ? now + this.pollMs : Number(row.next_at);
+      await sleep(Math.max(1, Math.min(nextAt - now, this.pollMs, deadline - now)));
+    }
+  }
+
+  /** Events that used up their attempts, in the order they arrived. */
+  async deadLetters(): Promise<q.DeadLetter[]> {
+    return (await this.db.all<Record<string, unknown>>(q.listDead)).map(q.toDeadLetter);
+  }
+
+  /** Puts dead letters back in the queue with the same event id and no attempts; returns how many. */
+  async replay(target: readonly { source: string; id: string }[] | 'all'): Promise<number> {
+    const now = Date.now();
+    let replayed = 0;
+    if (target === 'all') replayed = await this.db.run(q.replayAllDead, [now, now]);
+    else for (const { source, id } of target) replayed += await this.db.run(q.replayOneDead, [now, now, source, id]);
+    if (replayed > 0) this.wake();
+    return replayed;
+  }
+
+  /** How often each outcome happened, since the tables were created. */
+  async stats(): Promise<Record<EventOutcome, number>> {
+    const counts = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<EventOutcome, number>;
+    for (const row of await this.db.all<{ outcome: string; count: number | string }>(q.readCounters))
+      if ((OUTCOMES as readonly string[]).includes(row.outcome))
+        counts[row.outcome as EventOutcome] = Number(row.count);
+    return counts;
+  }
+
+  /** One stored event, or null. */
+  async get(source: string, id: string): Promise<q.StoredEvent | null> {
+    const [row] = await this.db.all<Record<string, unknown>>(q.readEvent, [source, id]);
+    return row ? q.toStoredEvent(row) : null;
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopping) {
+      this.woken = false;
+      const free = this.batchSize - this.inFlight.size;
+      if (free > 0) {
+        try {
+          await this.claimAndProcess(free);
+        } catch (error) {
+          this.onError(error);
+        }
+      }
+      // A wake-up that came during the claim is not lost: it is seen here.
+      if (this.woken || this.stopping) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, this.pollMs);
+        function done() {
+          clearTimeout(timer);
+          resolve();
+        }
+        this.wakeUp = done;
+      });
+      this.wakeUp = undefined;
+    }
+  }
+
+  private wake(): void {
+    this.woken = true;
+    this.wakeUp?.();
+  }
+
+  /** Claims up to n due events and starts processing them; returns how many it claimed. */
+  private async claimAndProcess(n: number): Promise<number> {
+    const now = Date.now();
+    const rows = await this.db.all<q.ClaimedRow>(q.claimEvents(this.db.dialect), [
+      now + this.leaseMs,
+      now,
+      now,
+      now,
+      n,
+    ]);
+    rows.sort((a, b) => Number(a.received_at) - Number(b.received_at));
+    for (const row of rows) {
+      const work = this.process(row).catch((error) => this.onError(error));
+      this.inFlight.add(work);
+      void work.finally(() => {
+        this.inFlight.delete(work);
+        // Refill in chunks rather than one claim per finished event.
+        if (this.inFlight.size <= this.batchSize / 2) this.wake();
+      });
+    }
+    return rows.length;
+  }
+
+  private async process(row: q.ClaimedRow): Promise<void> {
+    const attempts = Number(row.attempts);
+    const key = [row.source, row.event_id, attempts] as const;
+    try {
+      // Past maxAttempts only through lease expiries: the event may be what kills its workers.
+      if (attempts > this.maxAttempts)
+        throw new Error(`the worker of attempt ${this.maxAttempts} (the last) stopped before finishing it`);
+      const event: HostEvent = {
+        id: row.event_id,
+        source: row.source,
+        type: row.type,
+        data: JSON.parse(row.payload),
+        receivedAt: Number(row.received_at),
+        attempt: attempts,
+      };
+      const binding = this.options.consumerFor(event.source, event.type);
+      if (!binding) {
+        await this.db.run(q.finishEvent, ['no_consumer', Date.now(), ...key]);
+        return;
+      }
+      await this.db.transaction(async (tx) => {
+        if ((await tx.run(q.holdEvent, [Date.now(), ...key])) === 0) return; // reclaimed by another worker
+        const outcome = await this.apply(binding, event, tx);
+        await tx.run(q.finishEvent, [outcome, Date.now(), ...key]);
+        await this.count(tx, outcome);
+      });
+    } catch (error) {
+      // Fenced by attempts: if the commit went through after all, or another worker took over, this changes nothing.
+      await this.fail(row, attempts, error);
+    }
+  }
+
+  /** Runs the consumer unless the event is stale for its aggregate; in the caller's transaction. */
+  private async apply(binding: ConsumerBinding, event: HostEvent, tx: Sql): Promise<'applied' | 'stale'> {
+    if (!binding.ordering) {
+      await binding.handle(event, tx);
+      return 'applied';
+    }
+    const aggregate = binding.ordering.aggregate(event);
+    const version = binding.ordering.version(event);
+    if (typeof aggregate !== 'string' || aggregate.length === 0)
+      throw new OncelyError('INVALID_ARGUMENT', `ordering.aggregate() of ${event.type} must return a non-empty string`);
+    if (!Number.isSafeInteger(version))
+      throw new OncelyError('INVALID_ARGUMENT', `ordering.version() of ${event.type} must return an integer`);
+    await tx.run(q.ensureVersion, [aggregate]);
+    const [stored] = await tx.all<{ version: number | string | null }>(q.readVersion(tx.dialect), [aggregate]);
+    if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
+    await binding.handle(event, tx);
+    await tx.run(q.writeVersion, [version, aggregate]);
+    return 'applied';
+  }
+
+  private async fail(row: q.ClaimedRow, attempts: number, error: unknown): Promise<void> {
+    const dead = attempts >= this.maxAttempts;
+    const now = Date.now();
+    const next = dead ? now : now + backoffDelay(attempts, this.baseDelayMs, this.maxDelayMs);
+    await this.db.transaction(async (tx) => {
+      const changed = await tx.run(q.failEvent, [
+        dead ? 'dead' : 'pending',
+        next,
+        describe(error),
+        now,
+        row.source,
+        row.event_id,
+        attempts,
+      ]);
+      if (changed > 0) await this.count(tx, dead ? 'dead_lettered' : 'retrying');
+    });
+    if (!dead) setTimeout(() => this.wake(), next - now).unref();
+  }
+
+  private async count(tx: Sql, outcome: EventOutcome): Promise<void> {
+    const shard = tx.dialect === 'postgres' ? Math.floor(Math.random() * COUNTER_SHARDS) : 0;
+    await tx.run(q.countOutcome, [outcome, shard]);
+  }
+}
+
+function describe(error: unknown): string {
+  const text =
+    error instanceof Error
+      ? `${error.name}${'code' in error && error.code ? ` ${String(error.code)}` : ''}: ${error.message}`
+      : String(error);
+  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH)}…` : text;
+}
+
+function positive(value: number, name: string): number {
+  if (!Number.isFinite(value) || value <= 0) throw new OncelyError('INVALID_ARGUMENT', `${name} must be positive`);
+  return value;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,151 @@
+import { createHash } from 'node:crypto';
+import { type ServerType, serve } from '@hono/node-server';
+import { type Context, Hono } from 'hono';
+import type { Db } from '../db/types.js';
+import { createOncely, type Oncely } from '../engine/engine.js';
+import { IdempotencyGate } from '../http/gate.js';
+import type { HttpResponse } from '../http/response.js';
+import type { RecordStore } from '../store.js';
+import type { App } from './app.js';
+import { hostContext } from './context.js';
+import { createDataStore } from './data-store.js';
+import { type ConsumerBinding, EventQueue } from './events.js';
+import { envelope, invoke } from './invoke.js';
+import { OUTBOX_DDL, OutboxRelay } from './outbox.js';
+import { type AppSchema, readSchema } from './schema.js';
+import { readWebhook } from './webhooks.js';
+
+/** A running app: its HTTP routes, event consumers and outbox relay on one database. */
+export interface Host {
+  /** The HTTP app (Hono): `/v1/invoke/:handler`, `/v1/webhooks/:source`, `/v1/health`, `/v1/events/stats`. */
+  readonly http: Hono;
+  readonly once: Oncely;
+  readonly events: EventQueue;
+  readonly relay: OutboxRelay;
+  /** Applies oncely's tables and the app's schema.sql (once per version of the file). */
+  migrate(): Promise<void>;
+  /** Listens on `port` (0 for any) and starts consumers and relay; resolves with the port. */
+  start(port: number): Promise<number>;
+  /** Graceful stop: no new requests or claims, in-flight work finishes, connections close. */
+  stop(): Promise<void>;
+}
+
+const APP_SCHEMA_DDL =
+  'CREATE TABLE IF NOT EXISTS oncely_app_schema (hash TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)';
+
+/** Builds the host of a loaded app on a database. `store` is the engine's record store on that same database. */
+export async function createHost(app: App, db: Db, store: RecordStore): Promise<Host> {
+  const once = await createOncely({ store, tenant: 'default' });
+  let schema: AppSchema | undefined;
+  const currentSchema = () => {
+    if (!schema) throw new Error('the host is not migrated yet');
+    return schema;
+  };
+  const tenantOf = (c: Context) => app.config.tenant?.(Object.fromEntries(c.req.raw.headers)) ?? 'default';
+
+  const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
+    const consumer = app.consumers.get(`${source}/${type}`);
+    if (!consumer) return undefined;
+    return {
+      ordering: consumer.ordering,
+      handle: async (event, tx) => {
+        await once.run(
+          { action: `consume:${source}/${type}`, key: event.id, input: event.data, tx: tx.handle, ttl: '7d' },
+          async (ctx) => {
+            await consumer.handle(event, hostContext(tx, createDataStore(tx, currentSchema()), ctx, ctx.tenant));
+            return null;
+          },
+        );
+      },
+    };
+  };
+  const events = new EventQueue(db, { consumerFor, ...app.config.events });
+  // The default delivery target: the app's own consumers, with the outbox id as the event id.
+  const relay = new OutboxRelay(db, {
+    target: { deliver: async (m) => void (await events.intake('outbox', m.id, m.topic, m.payload)) },
+  });
+
+  const gates = new Map<string, IdempotencyGate<Context>>();
+  for (const [id, handler] of app.handlers) {
+    const declared = handler.idempotency ?? {};
+    gates.set(
+      id,
+      new IdempotencyGate<Context>({
+        once,
+        required: declared.required ?? true,
+        ttl: declared.ttl,
+        lease: declared.lease,
+      }),
+    );
+  }
+
+  const http = new Hono();
+  const send = (response: HttpResponse) =>
+    new Response(response.body as Uint8Array<ArrayBuffer>, {
+      status: response.status,
+      headers: response.headers as Record<string, string>,
+    });
+  http.get('/v1/health', (c) => c.json({ code: 0, data: { ok: true } }));
+  http.get('/v1/events/stats', async (c) => c.json({ code: 0, data: await events.stats() }));
+  http.post('/v1/invoke/:handler', async (c) => {
+    const id = c.req.param('handler');
+    const handler = app.handlers.get(id);
+    if (!handler) return send(envelope(404, { error: { code: 'HANDLER_UNKNOWN', message: `no handler ${id}` } }));
+    return send(
+      await invoke(c, id, handler, { db, schema: currentSchema, gates, tenantOf, afterCommit: () => relay.wake() }),
+    );
+  });
+  http.post('/v1/webhooks/:source', async (c) => {
+    const name = c.req.param('source');
+    const source = app.config.sources?.[name];
+    if (!source)
+      return send(envelope(404, { error: { code: 'SOURCE_UNKNOWN', message: `no webhook source ${name}` } }));
+    const body = Buffer.from(await c.req.arrayBuffer());
+    const read = readWebhook(source, Object.fromEntries(c.req.raw.headers), body);
+    if (!read.ok) return send(envelope(read.status, { error: { code: read.code, message: read.message } }));
+    // Persisted before the answer: a 2xx means the event survives a crash from here on.
+    const outcome = await events.intake(name, read.id, read.type, read.data);
+    return c.json({ code: 0, data: { id: read.id, outcome, duplicate: outcome === 'duplicate' } });
+  });
+
+  let server: ServerType | undefined;
+  const migrate = async () => {
+    const hash = createHash('sha256').update(app.schemaSql).digest('hex');
+    await db.transaction(async (tx) => {
+      // One migrator at a time across processes: SQLite's write lock, PostgreSQL's advisory lock.
+      if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7346251)');
+      await tx.run(APP_SCHEMA_DDL);
+      await tx.run(OUTBOX_DDL);
+      const seen = await tx.all('SELECT hash FROM oncely_app_schema WHERE hash = ?', [hash]);
+      if (seen.length === 0 && app.schemaSql.trim() !== '') {
+        if (tx.dialect === 'sqlite') (tx.handle as { exec(sql: string): void }).exec(app.schemaSql);
+        else await tx.run(app.schemaSql);
+        await tx.run('INSERT INTO oncely_app_schema (hash, applied_at) VALUES (?, ?)', [hash, Date.now()]);
+      }
+    });
+    await events.migrate();
+    schema = await readSchema(db, db.schema ? { schema: db.schema } : undefined);
+  };
+  return {
+    http,
+    once,
+    events,
+    relay,
+    migrate,
+    async start(port) {
+      if (!schema) await migrate();
+      events.start();
+      relay.start();
+      return new Promise<number>((resolve) => {
+        server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
+      });
+    },
+    async stop() {
+      await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+      await events.stop();
+      await relay.stop();
+      await once.close();
+      await db.close();
+    },
+  };
+}
