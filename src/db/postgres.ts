@@ -48,11 +48,13 @@ export async function openPostgres(target: string, max = 10): Promise<Db> {
     throw new Error(`schema must be a plain lower-case identifier, got ${schema}`);
   url.searchParams.delete('schema');
   const pg = await import('pg');
-  const pool: PgPool = new (pg.default ?? pg).Pool({ connectionString: url.toString(), max });
-  const events = pool as unknown as { on(event: string, fn: (client: PgClient) => void): void };
-  events.on('error', () => {});
   // Every connection sees the app's schema first, so unqualified names resolve there.
-  events.on('connect', (client) => void client.query(`SET search_path TO "${schema}"`));
+  const pool: PgPool = new (pg.default ?? pg).Pool({
+    connectionString: url.toString(),
+    max,
+    options: `-c search_path=${schema}`,
+  });
+  (pool as unknown as { on(event: string, fn: () => void): void }).on('error', () => {});
   await pool.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`).catch((error: { code?: string }) => {
     // Several processes starting at once: IF NOT EXISTS still races in the catalog; the schema exists either way.
     if (error.code !== '23505' && error.code !== '42P06') throw error;

@@ -62,6 +62,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   const events = new EventQueue(db, { consumerFor, ...app.config.events });
   // The default delivery target: the app's own consumers, with the outbox id as the event id.
   const relay = new OutboxRelay(db, {
+    leaseMs: app.config.events?.leaseMs,
     target: { deliver: async (m) => void (await events.intake('outbox', m.id, m.topic, m.payload)) },
   });
 

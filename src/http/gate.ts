@@ -1,9 +1,9 @@
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
+import { validateKey } from '../core/key.js';
 import type { PublicRecord } from '../core/record.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunResult } from '../engine/engine.js';
-import { validateKey } from '../core/key.js';
 import { readKeyHeader } from './header.js';
 import { problemFor } from './problem.js';
 import { decodeResponse, encodeResponse, type HttpResponse, type StoredResponse } from './response.js';
