@@ -42,21 +42,5 @@ export async function dropSchema(db: { query(text: string): Promise<unknown> }, 
   await db.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 }
 
-/** Deletes every key under `prefix` (SCAN, then DEL in chunks). */
-export async function dropPrefix(
-  client: { sendCommand(args: string[]): Promise<unknown> },
-  prefix: string,
-): Promise<number> {
-  const pattern = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`;
-  let cursor = '0';
-  let dropped = 0;
-  do {
-    const [next, keys] = (await client.sendCommand(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000'])) as [
-      string,
-      string[],
-    ];
-    cursor = String(next);
-    if (keys.length > 0) dropped += Number(await client.sendCommand(['UNLINK', ...keys.map(String)]));
-  } while (cursor !== '0');
-  return dropped;
-}
+// One way to clear a key prefix, shared with the tests.
+export { dropPrefix } from '../test/support/redis.js';
