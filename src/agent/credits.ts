@@ -1,0 +1,127 @@
+import { OncelyError } from '../core/errors.js';
+import type { Db, Sql } from '../db/types.js';
+
+/** A credit ledger with reservations bound to action ids: reserve, then confirm or release, never twice. */
+export class Credits {
+  constructor(private readonly db: Db) {}
+
+  /** Adds credits to an account (a top-up; negative to take away). */
+  async grant(account: string, credits: number): Promise<number> {
+    await this.db.transaction(async (tx) => {
+      await tx.run(
+        'INSERT INTO oncely_credit_accounts (account, balance) VALUES (?, 0) ON CONFLICT (account) DO NOTHING',
+        [account],
+      );
+      await tx.run('UPDATE oncely_credit_accounts SET balance = balance + ? WHERE account = ?', [credits, account]);
+    });
+    return this.balance(account);
+  }
+
+  /** Credits available: the balance minus what is reserved. */
+  async balance(account: string): Promise<number> {
+    const [row] = await this.db.all<{ balance: number | string }>(
+      'SELECT balance FROM oncely_credit_accounts WHERE account = ?',
+      [account],
+    );
+    return Number(row?.balance ?? 0);
+  }
+
+  /** The reservation of an action, if any. */
+  async reservation(actionId: string): Promise<{ account: string; credits: number; status: string } | null> {
+    const [row] = await this.db.all<{ account: string; credits: number | string; status: string }>(
+      'SELECT account, credits, status FROM oncely_credit_reservations WHERE action_id = ?',
+      [actionId],
+    );
+    return row ? { account: row.account, credits: Number(row.credits), status: row.status } : null;
+  }
+
+  /**
+   * Holds `credits` for `actionId`, or fails with BUDGET_EXCEEDED. A retry of the same action finds
+   * its reservation (reserved or confirmed) and holds nothing more. Every step is a conditional
+   * write, so two processes racing on one action hold its credits once.
+   */
+  async reserve(account: string, credits: number, actionId: string, expiresAt: number): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const created = await tx.run(
+        `INSERT INTO oncely_credit_reservations (action_id, account, credits, status, created_at, expires_at)
+         VALUES (?, ?, ?, 'reserved', ?, ?) ON CONFLICT (action_id) DO NOTHING`,
+        [actionId, account, credits, Date.now(), expiresAt],
+      );
+      const revived =
+        created === 0 &&
+        (await tx.run(
+          `UPDATE oncely_credit_reservations SET status = 'reserved', expires_at = ?, settled_at = NULL WHERE action_id = ? AND status = 'released'`,
+          [expiresAt, actionId],
+        )) === 1;
+      if (created === 0 && !revived) {
+        await tx.run(
+          `UPDATE oncely_credit_reservations SET expires_at = ? WHERE action_id = ? AND status = 'reserved'`,
+          [expiresAt, actionId],
+        );
+        return;
+      }
+      const taken = await tx.run(
+        'UPDATE oncely_credit_accounts SET balance = balance - ? WHERE account = ? AND balance >= ?',
+        [credits, account, credits],
+      );
+      // Thrown inside the transaction: the reservation written above rolls back with it.
+      if (taken !== 1)
+        throw new OncelyError('BUDGET_EXCEEDED', `account ${account} has fewer than ${credits} credit(s) left`);
+    });
+  }
+
+  /** Makes a reservation final. One the sweep released meanwhile is charged again: its effect did happen. */
+  async confirm(actionId: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const now = Date.now();
+      if (
+        (await tx.run(
+          `UPDATE oncely_credit_reservations SET status = 'confirmed', settled_at = ? WHERE action_id = ? AND status = 'reserved'`,
+          [now, actionId],
+        )) === 1
+      )
+        return;
+      if (
+        (await tx.run(
+          `UPDATE oncely_credit_reservations SET status = 'confirmed', settled_at = ? WHERE action_id = ? AND status = 'released'`,
+          [now, actionId],
+        )) === 1
+      )
+        await this.move(tx, actionId, -1);
+    });
+  }
+
+  /** Gives a reservation's credits back (failure, rejection); a confirmed one is never released. */
+  async release(actionId: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const changed = await tx.run(
+        `UPDATE oncely_credit_reservations SET status = 'released', settled_at = ? WHERE action_id = ? AND status = 'reserved'`,
+        [Date.now(), actionId],
+      );
+      if (changed === 1) await this.move(tx, actionId, 1);
+    });
+  }
+
+  /** Moves a reservation's credits into (+1) or out of (-1) its account's balance. */
+  private async move(tx: Sql, actionId: string, sign: 1 | -1): Promise<void> {
+    const [row] = await tx.all<{ account: string; credits: number | string }>(
+      'SELECT account, credits FROM oncely_credit_reservations WHERE action_id = ?',
+      [actionId],
+    );
+    if (row)
+      await tx.run('UPDATE oncely_credit_accounts SET balance = balance + ? WHERE account = ?', [
+        sign * Number(row.credits),
+        row.account,
+      ]);
+  }
+
+  /** Releases reservations whose holder vanished (crashed and never retried) past their expiry; returns how many. */
+  async sweep(now = Date.now()): Promise<number> {
+    const expired = await this.db.all<{ action_id: string }>(
+      `SELECT action_id FROM oncely_credit_reservations WHERE status = 'reserved' AND expires_at <= ? LIMIT 500`,
+      [now],
+    );
+    for (const row of expired) await this.release(row.action_id);
+    return expired.length;
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * What a model learns from a call. `already_sent` means the effect happened on an earlier call:
+ * the model must not "repair" it by sending again.
+ */
+export type DeliveryState = 'sent' | 'already_sent' | 'pending_approval' | 'rejected' | 'failed' | 'unknown';
+
+/** What the model should do next. */
+export type NextAction = 'continue' | 'wait' | 'stop';
+
+/** The one shape every tool call returns, to models and to code. */
+export interface ToolEnvelope<O = unknown> {
+  success: boolean;
+  data: O | null;
+  deliveryState: DeliveryState;
+  idempotencyKey: string | null;
+  actionId: string | null;
+  /** When the effect first happened (ms since epoch), for sent and already_sent. */
+  firstExecutedAt: number | null;
+  traceId: string | null;
+  requestId: string;
+  nextAction: NextAction;
+  /** Set while an approval is pending, and on its outcome. */
+  approvalId?: string;
+  /** Why a call did not succeed: a stable code and a sentence a model can act on. */
+  error?: { code: string; message: string };
+  /** One line for the model. */
+  message: string;
+}
+
+const NEXT: Record<DeliveryState, NextAction> = {
+  sent: 'continue',
+  already_sent: 'continue',
+  pending_approval: 'wait',
+  rejected: 'stop',
+  failed: 'stop',
+  unknown: 'stop',
+};
+
+/** The next action that goes with a delivery state (a transient failure may override it to 'wait'). */
+export function nextActionOf(state: DeliveryState): NextAction {
+  return NEXT[state];
+}

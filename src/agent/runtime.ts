@@ -1,0 +1,306 @@
+import { randomUUID } from 'node:crypto';
+import { type Duration, toMs } from '../core/duration.js';
+import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { stableUuid } from '../core/ids.js';
+import { keyFrom, validateKey } from '../core/key.js';
+import type { Db } from '../db/types.js';
+import type { Oncely } from '../engine/engine.js';
+import { type Approval, contentHash, decide, getApproval, listApprovals, requestApproval } from './approvals.js';
+import { Credits } from './credits.js';
+import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.js';
+import { migrateAgentTables } from './tables.js';
+import type { AnyTool } from './tool.js';
+
+/** Options of `createAgentRuntime`. */
+export interface AgentRuntimeOptions {
+  /** The engine that claims each intent (any store: SQLite, PostgreSQL, Redis). */
+  once: Oncely;
+  /** Where approvals and credits live: `openDb(path | url)`. */
+  db: Db;
+  tools: readonly AnyTool[];
+  /** Tenant of calls that name none. Default 'default'. */
+  tenant?: string;
+  /** How long a parallel duplicate waits for the first call's outcome. Default '30s'. */
+  wait?: Duration;
+  /** How long a reservation survives a holder that vanished, before the sweep releases it. Default '15m'. */
+  reservationTtl?: Duration;
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  tenant?: string;
+  /** A key the client supplies (MCP `_meta`), used instead of the declared key fields. */
+  key?: string;
+}
+
+const DEFAULT_APPROVAL_TTL = '24h';
+
+/**
+ * Runs tools so that any model may call them any number of times: one execution per intent, one
+ * reservation per action, approvals bound to the exact content shown.
+ * @example const agent = await createAgentRuntime({ once, db, tools: [sendReviewNotice] }); await agent.call('sendReviewNotice', args)
+ */
+export class AgentRuntime {
+  /** The credit ledger: `grant`, `balance`, `sweep`. */
+  readonly credits: Credits;
+  private readonly tools = new Map<string, AnyTool>();
+  private readonly tenant: string;
+  private readonly waitMs: number;
+  private readonly reservationMs: number;
+
+  constructor(private readonly options: AgentRuntimeOptions) {
+    for (const tool of options.tools) {
+      if (this.tools.has(tool.name)) throw new InvalidArgumentError(`two tools are named ${tool.name}`);
+      this.tools.set(tool.name, tool);
+    }
+    this.credits = new Credits(options.db);
+    this.tenant = options.tenant ?? 'default';
+    this.waitMs = toMs(options.wait ?? '30s', 'wait');
+    this.reservationMs = toMs(options.reservationTtl ?? '15m', 'reservationTtl');
+  }
+
+  /** Calls a tool; always answers with an envelope, never throws for the model's mistakes. */
+  async call(name: string, raw: unknown, options: CallOptions = {}): Promise<ToolEnvelope> {
+    const requestId = randomUUID();
+    const tool = this.tools.get(name);
+    if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `there is no tool named ${name}`);
+    const checked = await tool.input['~standard'].validate(raw);
+    if (checked.issues)
+      return failed(
+        requestId,
+        'INPUT_INVALID',
+        `fix the input and call again: ${checked.issues.map((i) => `${(i.path ?? []).join('.')} ${i.message}`.trim()).join('; ')}`,
+      );
+    const input = checked.value as Record<string, unknown>;
+    let key: string;
+    try {
+      key =
+        options.key !== undefined
+          ? keyFrom(tool.name, validateKey(options.key))
+          : keyFrom(tool.name, ...keyParts(tool, input));
+    } catch (error) {
+      return failed(
+        requestId,
+        (error as OncelyError).code ?? 'KEY_INVALID',
+        `${(error as Error).message}; the key fields are ${tool.idempotency.keyFields.join(', ')}`,
+      );
+    }
+    const tenant = options.tenant ?? this.tenant;
+    const actionId = stableUuid(tenant, `tool:${tool.name}`, key, 'action');
+    if (tool.outbound?.approval === 'required') {
+      const preview = tool.outbound.preview(input as never);
+      const now = Date.now();
+      const approval = await requestApproval(this.options.db, {
+        id: actionId,
+        tenant,
+        tool: tool.name,
+        idempotencyKey: key,
+        contentHash: contentHash(preview),
+        input,
+        preview,
+        requestedAt: now,
+        expiresAt: now + toMs(tool.outbound.approvalTtl ?? DEFAULT_APPROVAL_TTL, 'approvalTtl'),
+      });
+      if (approval.contentHash !== contentHash(preview))
+        return withApproval(
+          failed(
+            requestId,
+            'APPROVAL_CONTENT_CHANGED',
+            'this intent is awaiting approval of other content; the approved content is the only one that can be sent',
+            { key, actionId },
+          ),
+          approval,
+        );
+      if (approval.status !== 'approved') return this.approvalState(approval, requestId, key, actionId);
+      return withApproval(
+        await this.execute(tool, approval.input as Record<string, unknown>, key, tenant, actionId, requestId),
+        approval,
+      );
+    }
+    return this.execute(tool, input, key, tenant, actionId, requestId);
+  }
+
+  /** Approves a pending approval and executes exactly the content that was previewed, once. */
+  async approve(approvalId: string, by: { approver: string }): Promise<ToolEnvelope> {
+    const requestId = randomUUID();
+    if (!by?.approver) throw new InvalidArgumentError('approve needs { approver }');
+    const approval = await decide(this.options.db, approvalId, 'approved', by.approver, null);
+    if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
+    const tool = this.tools.get(approval.tool);
+    if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
+    if (approval.status !== 'approved')
+      return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
+    // Approving twice finds the first execution's record: already_sent, nothing sent again.
+    return withApproval(
+      await this.execute(
+        tool,
+        approval.input as Record<string, unknown>,
+        approval.idempotencyKey,
+        approval.tenant,
+        approval.id,
+        requestId,
+      ),
+      approval,
+    );
+  }
+
+  /** Rejects a pending approval; who and when are kept. */
+  async reject(approvalId: string, by: { approver: string; reason?: string }): Promise<ToolEnvelope> {
+    const requestId = randomUUID();
+    const approval = await decide(this.options.db, approvalId, 'rejected', by.approver, by.reason ?? null);
+    if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
+    return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
+  }
+
+  /** Reads an approval. */
+  approval(id: string): Promise<Approval | null> {
+    return getApproval(this.options.db, id);
+  }
+
+  /** Lists approvals, optionally by status. */
+  approvals(status?: Approval['status']): Promise<Approval[]> {
+    return listApprovals(this.options.db, status);
+  }
+
+  private approvalState(approval: Approval, requestId: string, key: string, actionId: string): ToolEnvelope {
+    const base = { key, actionId };
+    if (approval.status === 'pending')
+      return withApproval(
+        envelope(
+          'pending_approval',
+          requestId,
+          base,
+          null,
+          `awaiting approval ${approval.id}; do not call again, wait`,
+        ),
+        approval,
+      );
+    if (approval.status === 'approved')
+      return withApproval(envelope('unknown', requestId, base, null, 'approved; execution is under way'), approval);
+    const why =
+      approval.status === 'expired'
+        ? 'the approval expired'
+        : `rejected by ${approval.decidedBy}${approval.reason ? `: ${approval.reason}` : ''}`;
+    return withApproval(
+      {
+        ...envelope('rejected', requestId, base, null, `${why}; do not send`),
+        error: { code: approval.status === 'expired' ? 'APPROVAL_EXPIRED' : 'REJECTED', message: why },
+      },
+      approval,
+    );
+  }
+
+  private async execute(
+    tool: AnyTool,
+    input: Record<string, unknown>,
+    key: string,
+    tenant: string,
+    actionId: string,
+    requestId: string,
+  ): Promise<ToolEnvelope> {
+    const fields = tool.idempotency.fingerprintFields ?? tool.idempotency.keyFields;
+    const fingerprint = Object.fromEntries(fields.map((f) => [f, input[f]]));
+    const base = { key, actionId };
+    try {
+      const result = await this.options.once.run(
+        { action: `tool:${tool.name}`, key, tenant, input: fingerprint, ttl: tool.idempotency.ttl, wait: this.waitMs },
+        async (ctx) => {
+          const account = tool.cost?.account({ tenant });
+          if (tool.cost && account)
+            await this.credits.reserve(account, tool.cost.credits, actionId, Date.now() + this.reservationMs);
+          try {
+            const data = await tool.execute(input as never, {
+              idempotencyKey: key,
+              actionId,
+              tenant,
+              traceId: ctx.traceId,
+              requestId: ctx.requestId,
+              attempt: ctx.attempt,
+            });
+            if (tool.cost && account) await this.credits.confirm(actionId);
+            return data;
+          } catch (error) {
+            if (tool.cost && account) await this.credits.release(actionId);
+            throw error;
+          }
+        },
+      );
+      const state: DeliveryState = result.replayed ? 'already_sent' : 'sent';
+      const message = result.replayed ? 'already sent earlier: this is the first result; do not send again' : 'sent';
+      return {
+        ...envelope(state, requestId, base, result.record.traceId, message),
+        success: true,
+        data: result.value,
+        firstExecutedAt: result.record.completedAt,
+      };
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      const text = error instanceof Error ? error.message : String(error);
+      if (code === 'OUTCOME_UNKNOWN' || code === 'IN_PROGRESS' || code === 'LEASE_LOST')
+        return {
+          ...envelope('unknown', requestId, base, null, 'the outcome is not known yet; do not send again, wait'),
+          nextAction: 'wait',
+          error: { code, message: text },
+        };
+      if (code === 'STORE_UNAVAILABLE')
+        return {
+          ...envelope('failed', requestId, base, null, 'nothing was sent; try again later'),
+          nextAction: 'wait',
+          error: { code, message: text },
+        };
+      const stable = typeof code === 'string' ? code : 'TOOL_FAILED';
+      return {
+        ...envelope('failed', requestId, base, null, `failed: ${text}`),
+        error: { code: stable, message: text },
+      };
+    }
+  }
+}
+
+/** Creates the tables it needs and returns the runtime. */
+export async function createAgentRuntime(options: AgentRuntimeOptions): Promise<AgentRuntime> {
+  await migrateAgentTables(options.db);
+  return new AgentRuntime(options);
+}
+
+function keyParts(tool: AnyTool, input: Record<string, unknown>): (string | number)[] {
+  return tool.idempotency.keyFields.map((field) => {
+    const value = input[field];
+    if (typeof value === 'string' || typeof value === 'number') return value;
+    throw new OncelyError('KEY_REQUIRED', `key field ${field} is missing`);
+  });
+}
+
+function envelope(
+  state: DeliveryState,
+  requestId: string,
+  ids: { key: string | null; actionId: string | null },
+  traceId: string | null,
+  message: string,
+): ToolEnvelope {
+  return {
+    success: state === 'sent' || state === 'already_sent',
+    data: null,
+    deliveryState: state,
+    idempotencyKey: ids.key,
+    actionId: ids.actionId,
+    firstExecutedAt: null,
+    traceId,
+    requestId,
+    nextAction: nextActionOf(state),
+    message,
+  };
+}
+
+function failed(
+  requestId: string,
+  code: string,
+  message: string,
+  ids: { key: string | null; actionId: string | null } = { key: null, actionId: null },
+): ToolEnvelope {
+  return { ...envelope('failed', requestId, ids, null, message), error: { code, message } };
+}
+
+function withApproval(result: ToolEnvelope, approval: Approval): ToolEnvelope {
+  return { ...result, approvalId: approval.id };
+}

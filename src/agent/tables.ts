@@ -1,0 +1,38 @@
+import type { Db } from '../db/types.js';
+
+/** Approvals and the credit ledger, on SQLite and PostgreSQL alike. */
+const DDL = [
+  `CREATE TABLE IF NOT EXISTS oncely_approvals (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    input TEXT NOT NULL,
+    preview TEXT NOT NULL,
+    status TEXT NOT NULL,
+    requested_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    decided_by TEXT,
+    decided_at BIGINT,
+    reason TEXT
+  )`,
+  `CREATE TABLE IF NOT EXISTS oncely_credit_accounts (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)`,
+  `CREATE TABLE IF NOT EXISTS oncely_credit_reservations (
+    action_id TEXT PRIMARY KEY,
+    account TEXT NOT NULL,
+    credits BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    settled_at BIGINT
+  )`,
+];
+
+/** Creates the agent tables if missing; several processes may call it at once. */
+export async function migrateAgentTables(db: Db): Promise<void> {
+  await db.transaction(async (tx) => {
+    if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7346252)');
+    for (const statement of DDL) await tx.run(statement);
+  });
+}
