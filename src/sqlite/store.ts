@@ -81,11 +81,11 @@ export class SqliteStore implements RecordStore {
     const db = this.target(tx);
     const s = this.statements(db);
     // Reading first keeps replays off the write lock; the insert below still decides who claims.
-    const existing = s.select.get(record) as StoredRecord | undefined;
+    const existing = s.select.get(pick(record)) as StoredRecord | undefined;
     if (existing) return { inserted: false, record: existing };
     const attempt = (): InsertResult => {
       if (s.insert.run(record).changes === 1) return { inserted: true, record };
-      const winner = s.select.get(record) as StoredRecord | undefined;
+      const winner = s.select.get(pick(record)) as StoredRecord | undefined;
       if (!winner) throw new Error('record vanished between insert and read');
       return { inserted: false, record: winner };
     };
