@@ -123,3 +123,15 @@ export async function decide(
   });
   return getApproval(db, id);
 }
+
+/**
+ * Records the expiry of a pending approval whose time ran out, so a caller learns it can never be
+ * approved instead of waiting. Returns the approval as it now stands.
+ */
+export async function expireIfDue(db: Db, id: string, now = Date.now()): Promise<Approval | null> {
+  await db.run(
+    `UPDATE oncely_approvals SET status = 'expired', decided_at = ? WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
+    [now, id, now],
+  );
+  return getApproval(db, id);
+}

@@ -40,18 +40,21 @@ export class Credits {
    * its reservation (reserved or confirmed) and holds nothing more. Every step is a conditional
    * write, so two processes racing on one action hold its credits once.
    */
-  async reserve(account: string, credits: number, actionId: string, expiresAt: number): Promise<void> {
+  async reserve(account: string, credits: number, actionId: string, expiresAt: number, life = ''): Promise<void> {
     await this.db.transaction(async (tx) => {
       const created = await tx.run(
-        `INSERT INTO oncely_credit_reservations (action_id, account, credits, status, created_at, expires_at)
-         VALUES (?, ?, ?, 'reserved', ?, ?) ON CONFLICT (action_id) DO NOTHING`,
-        [actionId, account, credits, Date.now(), expiresAt],
+        `INSERT INTO oncely_credit_reservations (action_id, account, credits, status, created_at, expires_at, life)
+         VALUES (?, ?, ?, 'reserved', ?, ?, ?) ON CONFLICT (action_id) DO NOTHING`,
+        [actionId, account, credits, Date.now(), expiresAt, life],
       );
+      // A released reservation is held again; so is a confirmed one of an earlier life of the record
+      // (it expired, so this is a new intent under the same key, charged anew).
       const revived =
         created === 0 &&
         (await tx.run(
-          `UPDATE oncely_credit_reservations SET status = 'reserved', expires_at = ?, settled_at = NULL WHERE action_id = ? AND status = 'released'`,
-          [expiresAt, actionId],
+          `UPDATE oncely_credit_reservations SET status = 'reserved', expires_at = ?, settled_at = NULL, life = ?
+           WHERE action_id = ? AND (status = 'released' OR (status = 'confirmed' AND life <> ?))`,
+          [expiresAt, life, actionId, life],
         )) === 1;
       if (created === 0 && !revived) {
         await tx.run(

@@ -5,7 +5,15 @@ import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import type { Db } from '../db/types.js';
 import type { Oncely } from '../engine/engine.js';
-import { type Approval, contentHash, decide, getApproval, listApprovals, requestApproval } from './approvals.js';
+import {
+  type Approval,
+  contentHash,
+  decide,
+  expireIfDue,
+  getApproval,
+  listApprovals,
+  requestApproval,
+} from './approvals.js';
 import { Credits } from './credits.js';
 import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.js';
 import { migrateAgentTables } from './tables.js';
@@ -90,7 +98,7 @@ export class AgentRuntime {
     if (tool.outbound?.approval === 'required') {
       const preview = tool.outbound.preview(input as never);
       const now = Date.now();
-      const approval = await requestApproval(this.options.db, {
+      let approval = await requestApproval(this.options.db, {
         id: actionId,
         tenant,
         tool: tool.name,
@@ -101,6 +109,9 @@ export class AgentRuntime {
         requestedAt: now,
         expiresAt: now + toMs(tool.outbound.approvalTtl ?? DEFAULT_APPROVAL_TTL, 'approvalTtl'),
       });
+      // A pending approval past its time can never be approved: record the expiry rather than say "wait".
+      if (approval.status === 'pending' && approval.expiresAt <= now)
+        approval = (await expireIfDue(this.options.db, approval.id, now)) ?? approval;
       if (approval.contentHash !== contentHash(preview))
         return withApproval(
           failed(
@@ -207,7 +218,14 @@ export class AgentRuntime {
         async (ctx) => {
           const account = tool.cost?.account({ tenant });
           if (tool.cost && account)
-            await this.credits.reserve(account, tool.cost.credits, actionId, Date.now() + this.reservationMs);
+            // The record's life (its trace id survives takeovers, not expiry) tells a retry from a new intent.
+            await this.credits.reserve(
+              account,
+              tool.cost.credits,
+              actionId,
+              Date.now() + this.reservationMs,
+              ctx.traceId,
+            );
           try {
             const data = await tool.execute(input as never, {
               idempotencyKey: key,

@@ -25,7 +25,8 @@ const DDL = [
     status TEXT NOT NULL,
     created_at BIGINT NOT NULL,
     expires_at BIGINT NOT NULL,
-    settled_at BIGINT
+    settled_at BIGINT,
+    life TEXT NOT NULL DEFAULT ''
   )`,
 ];
 

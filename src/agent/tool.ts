@@ -75,6 +75,12 @@ export function defineTool<I, O>(declaration: ToolDeclaration<I, O>): Tool<I, O>
     throw new InvalidArgumentError(
       `tool ${declaration.name} needs an input schema (zod, valibot, arktype or any Standard Schema)`,
     );
+  // An approval is consumed by the one execution it approved: a record that expired would let the
+  // same approval send again with nobody approving it.
+  if (declaration.outbound?.approval === 'required' && declaration.idempotency.ttl !== 'permanent')
+    throw new InvalidArgumentError(
+      `tool ${declaration.name} needs approval, so its records must be permanent (idempotency.ttl: 'permanent')`,
+    );
   if (declaration.cost && (!Number.isInteger(declaration.cost.credits) || declaration.cost.credits <= 0))
     throw new InvalidArgumentError(`tool ${declaration.name}: cost.credits must be a positive integer`);
   return Object.freeze({ ...declaration, kind: 'oncely-tool' as const });
