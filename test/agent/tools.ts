@@ -1,0 +1,112 @@
+/**
+ * Example tools and a SQLite-backed runtime for the adapter tests (MCP and AI SDK): a mailer that
+ * records every send (no dedupe of its own), a notice tool, the same notice behind an approval, and
+ * a note tool whose key field is optional in its schema so KEY_REQUIRED is reachable.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { type AgentRuntime, type AnyTool, createAgentRuntime, defineTool } from '../../src/agent/index.js';
+import { openDb } from '../../src/db/index.js';
+import { createOncely } from '../../src/index.js';
+import { sqliteStore } from '../../src/sqlite/index.js';
+
+export const TENANT = 'acme';
+
+/** A downstream mailer: it sends whatever it is asked to, so any duplicate shows. */
+export class Mailer {
+  readonly sent: { to: string; body: string; idempotencyKey: string }[] = [];
+  constructor(private readonly delayMs = 0) {}
+  async send(to: string, body: string, idempotencyKey: string) {
+    if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
+    this.sent.push({ to, body, idempotencyKey });
+    return { messageId: `msg-${this.sent.length}` };
+  }
+}
+
+const noticeInput = z.object({
+  taskId: z.string(),
+  recipientId: z.string(),
+  templateId: z.string(),
+  entityVersion: z.number(),
+  body: z.string().describe('The text of the notice'),
+});
+
+/** The tools, bound to one mailer. */
+export function exampleTools(mailer: Mailer) {
+  const sendReviewNotice = defineTool({
+    name: 'sendReviewNotice',
+    description: 'Sends a review notice to the recipient of a task.',
+    input: noticeInput,
+    idempotency: { keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'], ttl: 'permanent' },
+    outbound: { preview: (i) => ({ to: i.recipientId, body: i.body }) },
+    cost: { credits: 1, account: (ctx) => ctx.tenant },
+    execute: (input, ctx) => mailer.send(input.recipientId, input.body, ctx.idempotencyKey),
+  });
+  const sendApprovedNotice = defineTool({
+    name: 'sendApprovedNotice',
+    description: 'Sends a review notice once a person approved its exact content.',
+    input: noticeInput,
+    idempotency: { keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'], ttl: 'permanent' },
+    outbound: { preview: (i) => ({ to: i.recipientId, body: i.body }), approval: 'required' },
+    execute: (input, ctx) => mailer.send(input.recipientId, input.body, ctx.idempotencyKey),
+  });
+  const addNote = defineTool({
+    name: 'addNote',
+    description: 'Adds a note to a task.',
+    input: z.object({ noteId: z.string().optional(), text: z.string() }),
+    idempotency: { keyFields: ['noteId'], ttl: '1h' },
+    destructive: false,
+    execute: (input) => ({ noted: input.text }),
+  });
+  return { sendReviewNotice, sendApprovedNotice, addNote };
+}
+
+/** A runtime over one temporary SQLite file (engine records, approvals and credits), with credits granted. */
+export async function openRuntime(
+  tools: readonly AnyTool[],
+): Promise<{ runtime: AgentRuntime; close(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'oncely-agent-adapter-'));
+  const path = join(dir, 'agent.db');
+  const once = await createOncely({ store: sqliteStore({ path }) });
+  const db = await openDb(path);
+  const runtime = await createAgentRuntime({ once, db, tools, tenant: TENANT });
+  await runtime.credits.grant(TENANT, 10);
+  return {
+    runtime,
+    close: async () => {
+      await once.close();
+      await db.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A notice input; `over` changes fields. */
+export function notice(over: Partial<z.input<typeof noticeInput>> = {}) {
+  return {
+    taskId: 'T-1',
+    recipientId: 'u-42',
+    templateId: 'review',
+    entityVersion: 3,
+    body: 'Please review task T-1.',
+    ...over,
+  };
+}
+
+/** A tool whose input is a hand-written Standard Schema with no JSON Schema: advertised as an open object. */
+export const pingTool = defineTool<{ ref: string }, { pong: string }>({
+  name: 'ping',
+  description: 'Pings a reference.',
+  input: {
+    '~standard': {
+      validate: (value: unknown) =>
+        typeof value === 'object' && value !== null && typeof (value as { ref?: unknown }).ref === 'string'
+          ? { value: { ref: (value as { ref: string }).ref } }
+          : { issues: [{ message: 'ref must be a string', path: ['ref'] }] },
+    },
+  },
+  idempotency: { keyFields: ['ref'], ttl: '1h' },
+  execute: (input) => ({ pong: input.ref }),
+});
