@@ -4,64 +4,22 @@
  * and before the record is taken over after its lease, the retry carries the same key downstream,
  * and the dead process's reservation is reused, never doubled nor leaked.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { startWorker as start } from '../support/spawn.js';
 import { type Backend, createSink, type Job, NOTICE, openAgent } from './support/agent-worker.js';
 
 const WORKER = fileURLToPath(new URL('./support/agent-worker.ts', import.meta.url));
 const KEY = 'sendReviewNotice:T-9:u-7:review:2';
 const LEASE = 500;
 
-interface Worker {
-  child: ChildProcessWithoutNullStreams;
-  /** The first line equal to `line`, or for '[' the first JSON array line. */
-  waitFor(line: string): Promise<string>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function startWorker(job: Job): Worker {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(job)]);
-  const seen: string[] = [];
-  const waiters: { match: (l: string) => boolean; resolve: (l: string) => void }[] = [];
-  let stderr = '';
-  child.stderr.on('data', (chunk) => {
-    stderr += chunk;
-  });
-  createInterface({ input: child.stdout }).on('line', (line) => {
-    seen.push(line);
-    for (const w of [...waiters])
-      if (w.match(line)) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(line);
-      }
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return {
-    child,
-    exited,
-    waitFor(line) {
-      const match = (l: string) => (line === '[' ? l.startsWith('[') : l === line);
-      const found = seen.find(match);
-      if (found) return Promise.resolve(found);
-      return new Promise((resolve, reject) => {
-        waiters.push({ match, resolve });
-        void exited.then(({ code, signal }) =>
-          reject(new Error(`worker exited (${code ?? signal}) before printing ${line}: ${stderr}`)),
-        );
-      });
-    },
-  };
-}
+const startWorker = (job: Job) => start(job, WORKER);
 
 /** A fresh downstream mailer file, and readers of what it holds for a key. */
 function makeSink() {

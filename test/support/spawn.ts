@@ -7,15 +7,15 @@ const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
 /** A worker process and the lines it printed, in order. */
 export interface Worker {
   child: ChildProcessWithoutNullStreams;
-  /** Resolves with the first printed line equal to `line` (or, for '{', the first JSON line). */
+  /** Resolves with the first printed line equal to `line` (or, for '{' and '[', the first JSON line). */
   waitFor(line: string): Promise<string>;
   /** Resolves when the process has exited, with its exit code or signal. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts test/support/worker.ts with a job, in its own Node process. */
-export function startWorker(job: object): Worker {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(job)]);
+/** Starts a worker script (default test/support/worker.ts) with a job, in its own Node process. */
+export function startWorker(job: object, script = WORKER): Worker {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(job)]);
   const seen: string[] = [];
   const waiters: { match: (l: string) => boolean; resolve: (l: string) => void }[] = [];
   let stderr = '';
@@ -38,7 +38,8 @@ export function startWorker(job: object): Worker {
     child,
     exited,
     waitFor(line) {
-      const match = (l: string) => (line === '{' ? l.startsWith('{') : l === line);
+      // '{' or '[' waits for the first JSON line; anything else for that exact line.
+      const match = (l: string) => (line === '{' || line === '[' ? l.startsWith(line) : l === line);
       const found = seen.find(match);
       if (found) return Promise.resolve(found);
       return new Promise((resolve, reject) => {
