@@ -1,0 +1,189 @@
+import { type Duration, toMs } from '../core/duration.js';
+import { OncelyError } from '../core/errors.js';
+import type { Db } from '../db/types.js';
+import type { AnyFlow, FlowRun, StepContext, StepOptions } from './define.js';
+
+/** Thrown through the flow function to stop it: it waits for a signal or a time, or lost its lease. */
+export class Suspend extends Error {
+  constructor(
+    readonly reason: 'waiting' | 'lease_lost',
+    readonly wakeAt: number | null = null,
+  ) {
+    super(`flow suspended: ${reason}`);
+  }
+}
+
+/** A step that failed for good: its error, as stored. */
+export class StepFailed extends OncelyError {
+  constructor(
+    readonly stepId: string,
+    readonly failure: { name: string; message: string; code: string },
+  ) {
+    super('STEP_FAILED', `step ${stepId} failed: ${failure.message}`);
+    this.name = 'StepFailed';
+  }
+}
+
+interface StepRow {
+  status: 'completed' | 'failed' | 'waiting';
+  result: string | null;
+  error: string | null;
+  started_at: number | string;
+}
+
+/** What the worker learns from one execution. */
+export type ExecutionOutcome =
+  | { status: 'completed'; result: unknown }
+  | {
+      status: 'failed';
+      error: { name: string; message: string; code: string };
+      compensated: number;
+      compensationFailed: number;
+    }
+  | { status: 'suspended'; reason: 'waiting' | 'lease_lost'; wakeAt: number | null };
+
+function errorOf(error: unknown): { name: string; message: string; code: string } {
+  const e = error as { name?: unknown; message?: unknown; code?: unknown };
+  return {
+    name: typeof e?.name === 'string' ? e.name : 'Error',
+    message: typeof e?.message === 'string' ? e.message : String(error),
+    code: typeof e?.code === 'string' ? e.code : 'STEP_ERROR',
+  };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Runs a flow function once from the top. Completed steps return their stored results, so a
+ * replay after a crash or a redeploy continues where the last run stopped.
+ */
+export async function executeFlow(
+  db: Db,
+  flow: AnyFlow,
+  workflowId: string,
+  input: unknown,
+  holds: () => boolean,
+): Promise<ExecutionOutcome> {
+  const compensations: { stepId: string; value: unknown; compensate: NonNullable<StepOptions['compensate']> }[] = [];
+  const waits = new Map<string, number>();
+  const stepContext = (stepId: string, attempt: number): StepContext => {
+    const idempotencyKey = `${workflowId}:${stepId}`;
+    return { idempotencyKey, workflowId, stepId, attempt, subKey: (i) => `${idempotencyKey}:${i}` };
+  };
+  const read = async (stepId: string) =>
+    (
+      await db.all<StepRow>(
+        'SELECT status, result, error, started_at FROM oncely_flow_steps WHERE workflow_id = ? AND step_id = ?',
+        [workflowId, stepId],
+      )
+    )[0];
+
+  const runStep = async <T>(
+    stepId: string,
+    fn: (ctx: StepContext) => Promise<T> | T,
+    options: StepOptions = {},
+  ): Promise<T> => {
+    const memo = await read(stepId);
+    if (memo?.status === 'completed') {
+      const value = JSON.parse(memo.result ?? 'null') as T;
+      if (options.compensate) compensations.push({ stepId, value, compensate: options.compensate });
+      return value;
+    }
+    if (memo?.status === 'failed') throw new StepFailed(stepId, JSON.parse(memo.error ?? '{}'));
+    const { attempts = 3, backoff = '100ms', maxBackoff = '10s', final } = options.retry ?? {};
+    const startedAt = Date.now();
+    for (let attempt = 1; ; attempt++) {
+      if (!holds()) throw new Suspend('lease_lost');
+      try {
+        const value = await fn(stepContext(stepId, attempt));
+        const text = JSON.stringify(value ?? null);
+        // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
+        const stored = await db.run(
+          `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, attempts, started_at, completed_at)
+           VALUES (?, ?, 'completed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+          [workflowId, stepId, text, attempt, startedAt, Date.now()],
+        );
+        const result =
+          stored === 1 ? (JSON.parse(text) as T) : (JSON.parse((await read(stepId))?.result ?? 'null') as T);
+        if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
+        return result;
+      } catch (error) {
+        if (error instanceof Suspend) throw error;
+        if (attempt >= attempts || final?.(error) === true) {
+          const stored = errorOf(error);
+          await db.run(
+            `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, error, attempts, started_at, completed_at)
+             VALUES (?, ?, 'failed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+            [workflowId, stepId, JSON.stringify(stored), attempt, startedAt, Date.now()],
+          );
+          throw new StepFailed(stepId, stored);
+        }
+        const cap = Math.min(toMs(maxBackoff, 'maxBackoff'), toMs(backoff, 'backoff') * 2 ** (attempt - 1));
+        await sleep(Math.random() * cap);
+      }
+    }
+  };
+
+  const waitFor = async <T>(name: string, options: { timeout?: Duration } = {}): Promise<T | null> => {
+    const occurrence = (waits.get(name) ?? 0) + 1;
+    waits.set(name, occurrence);
+    const stepId = `wait:${name}:${occurrence}`;
+    const now = Date.now();
+    let memo = await read(stepId);
+    if (memo?.status === 'completed') return JSON.parse(memo.result ?? 'null') as T | null;
+    if (!memo) {
+      // The wait's start is stored, so its deadline is the same on every replay.
+      await db.run(
+        `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, attempts, started_at) VALUES (?, ?, 'waiting', 0, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+        [workflowId, stepId, now],
+      );
+      memo = await read(stepId);
+    }
+    const [signal] = await db.all<{ payload: string }>(
+      `SELECT payload FROM oncely_flow_signals WHERE workflow_id = ? AND name = ? ORDER BY received_at, signal_id LIMIT 1 OFFSET ?`,
+      [workflowId, name, occurrence - 1],
+    );
+    const deadline =
+      options.timeout === undefined ? null : Number(memo?.started_at ?? now) + toMs(options.timeout, 'timeout');
+    if (!signal && (deadline === null || deadline > now)) throw new Suspend('waiting', deadline);
+    const value = signal ? (JSON.parse(signal.payload) as T) : null;
+    await db.run(
+      `UPDATE oncely_flow_steps SET status = 'completed', result = ?, completed_at = ? WHERE workflow_id = ? AND step_id = ? AND status = 'waiting'`,
+      [JSON.stringify(value), now, workflowId, stepId],
+    );
+    return JSON.parse((await read(stepId))?.result ?? 'null') as T | null;
+  };
+
+  const run: FlowRun = {
+    workflowId,
+    step: runStep,
+    all: (steps) => Promise.all(steps.map((s) => s())) as never,
+    waitFor,
+    subKey: (i) => `${workflowId}:${i}`,
+  };
+
+  try {
+    const result = await flow.fn(run, input as never);
+    return { status: 'completed', result: JSON.parse(JSON.stringify(result ?? null)) };
+  } catch (error) {
+    if (error instanceof Suspend) return { status: 'suspended', reason: error.reason, wakeAt: error.wakeAt };
+    // A final failure: undo what was done, newest first, each compensation once.
+    let compensated = 0;
+    let compensationFailed = 0;
+    for (const done of compensations.reverse()) {
+      try {
+        await runStep(`compensate:${done.stepId}`, (ctx) => done.compensate(done.value, ctx));
+        compensated++;
+      } catch {
+        compensationFailed++;
+      }
+    }
+    const cause = error instanceof StepFailed ? error.failure : errorOf(error);
+    return {
+      status: 'failed',
+      error: error instanceof StepFailed ? { ...cause, message: error.message } : cause,
+      compensated,
+      compensationFailed,
+    };
+  }
+}

@@ -1,0 +1,404 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { type Duration, toMs } from '../core/duration.js';
+import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { canonicalJson } from '../core/fingerprint.js';
+import { keyFrom, validateKey } from '../core/key.js';
+import type { Db, Sql } from '../db/types.js';
+import type { AnyFlow, FlowDefinition } from './define.js';
+import { type ExecutionOutcome, executeFlow } from './execution.js';
+import { migrateFlowTables } from './tables.js';
+
+/** Options of `createFlows`. */
+export interface FlowsOptions {
+  /** Where flows, steps and signals live: `openDb(path | url)`. */
+  db: Db;
+  flows: readonly AnyFlow[];
+  /** Flows this process runs at once. Default 16. */
+  concurrency?: number;
+  /** How long a claim holds without renewal; a dead worker's flows are taken over after it. Default '30s'. */
+  lease?: Duration;
+  /** How often an idle worker looks for work. Default '200ms'. */
+  poll?: Duration;
+}
+
+/** A flow as stored, for `list`, `show` and `result`. */
+export interface FlowRecord {
+  workflowId: string;
+  name: string;
+  bizId: string;
+  status: 'pending' | 'running' | 'waiting' | 'completed' | 'failed';
+  input: unknown;
+  result: unknown;
+  error: { name: string; message: string; code: string } | null;
+  runs: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+interface FlowRow {
+  workflow_id: string;
+  name: string;
+  biz_id: string;
+  input: string;
+  input_hash: string;
+  status: FlowRecord['status'];
+  result: string | null;
+  error: string | null;
+  runs: number | string;
+  created_at: number | string;
+  updated_at: number | string;
+}
+
+function toRecord(row: FlowRow): FlowRecord {
+  return {
+    workflowId: row.workflow_id,
+    name: row.name,
+    bizId: row.biz_id,
+    status: row.status,
+    input: JSON.parse(row.input),
+    result: row.result === null ? null : JSON.parse(row.result),
+    error: row.error === null ? null : JSON.parse(row.error),
+    runs: Number(row.runs),
+    createdAt: Number(row.created_at),
+    updatedAt: Number(row.updated_at),
+  };
+}
+
+const hashOf = (value: unknown) => createHash('sha256').update(canonicalJson(value)).digest('hex');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Durable flows on a database: started once per business id, run by any worker process, resumed
+ * after a crash from their last completed step.
+ * @example const flows = await createFlows({ db, flows: [postprocess] }); await flows.startWorker(); await flows.start(postprocess, input)
+ */
+export class Flows {
+  /** Counts since this process started: compensations that ran and that failed. */
+  readonly counters = { completed: 0, failed: 0, compensated: 0, compensationFailed: 0 };
+  private readonly byName = new Map<string, AnyFlow>();
+  private readonly owner = randomUUID();
+  private readonly leaseMs: number;
+  private readonly pollMs: number;
+  private readonly concurrency: number;
+  private readonly running = new Map<string, Promise<void>>();
+  private working = false;
+  private loop: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(private readonly options: FlowsOptions) {
+    for (const flow of options.flows) this.byName.set(flow.name, flow);
+    this.leaseMs = toMs(options.lease ?? '30s', 'lease');
+    this.pollMs = toMs(options.poll ?? '200ms', 'poll');
+    this.concurrency = options.concurrency ?? 16;
+  }
+
+  /**
+   * Starts a flow for the business id its seed fields give, unless it exists: then returns it with
+   * `already: true`. Another input under the same business id is FLOW_INPUT_MISMATCH. With `tx`
+   * (a host handler's transaction) the start commits with the caller's writes.
+   */
+  async start<I>(
+    flow: FlowDefinition<I, unknown>,
+    input: I,
+    options: { tx?: Sql } = {},
+  ): Promise<{ workflowId: string; already: boolean }> {
+    const values = flow.seed.map((field) => {
+      const value = (input as Record<string, unknown>)?.[field];
+      if (typeof value !== 'string' && typeof value !== 'number')
+        throw new OncelyError('KEY_REQUIRED', `flow ${flow.name}: seed field ${field} is missing from the input`);
+      return value;
+    });
+    const bizId = keyFrom(...values);
+    const workflowId = validateKey(`${flow.name}-${bizId}`);
+    const hash = hashOf(input);
+    const now = Date.now();
+    const sql = options.tx ?? this.options.db;
+    const created = await sql.run(
+      `INSERT INTO oncely_flows (workflow_id, name, biz_id, input, input_hash, status, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (workflow_id) DO NOTHING`,
+      [workflowId, flow.name, bizId, JSON.stringify(input), hash, now, now],
+    );
+    if (created === 0) {
+      const [row] = await sql.all<{ input_hash: string }>('SELECT input_hash FROM oncely_flows WHERE workflow_id = ?', [
+        workflowId,
+      ]);
+      if (row && row.input_hash !== hash)
+        throw new OncelyError(
+          'FLOW_INPUT_MISMATCH',
+          `flow ${workflowId} was started with another input under the same seed (${flow.seed.join(', ')})`,
+        );
+      return { workflowId, already: true };
+    }
+    // Started here with room to run: run it now rather than after the next poll.
+    if (!options.tx && this.working && this.running.size < this.concurrency) void this.claimOne(workflowId);
+    else this.wake?.();
+    return { workflowId, already: false };
+  }
+
+  /** Delivers a signal to a waiting flow; a signal id seen before is ignored. Returns whether it was new. */
+  async signal(workflowId: string, name: string, payload: unknown, options: { signalId: string }): Promise<boolean> {
+    validateKey(options?.signalId);
+    const now = Date.now();
+    const created = await this.options.db.transaction(async (tx) => {
+      const inserted = await tx.run(
+        `INSERT INTO oncely_flow_signals (workflow_id, signal_id, name, payload, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (workflow_id, signal_id) DO NOTHING`,
+        [workflowId, options.signalId, name, JSON.stringify(payload ?? null), now],
+      );
+      if (inserted === 1)
+        await tx.run(
+          `UPDATE oncely_flows SET status = 'pending', wake_at = NULL, updated_at = ? WHERE workflow_id = ? AND status = 'waiting'`,
+          [now, workflowId],
+        );
+      return inserted === 1;
+    });
+    this.wake?.();
+    return created;
+  }
+
+  /** Waits until the flow completes (its value) or fails (FLOW_FAILED); TIMEOUT after `timeout`. */
+  async result(workflowId: string, options: { timeout?: Duration } = {}): Promise<unknown> {
+    const deadline = Date.now() + toMs(options.timeout ?? '60s', 'timeout');
+    for (let poll = 2; ; poll = Math.min(poll * 2, 100)) {
+      await this.running.get(workflowId);
+      const flow = await this.get(workflowId);
+      if (!flow) throw new OncelyError('NOT_FOUND', `no flow ${workflowId}`);
+      if (flow.status === 'completed') return flow.result;
+      if (flow.status === 'failed')
+        throw new OncelyError('FLOW_FAILED', `flow ${workflowId} failed: ${flow.error?.message}`);
+      if (Date.now() > deadline) throw new OncelyError('TIMEOUT', `flow ${workflowId} is ${flow.status}`);
+      await sleep(poll);
+    }
+  }
+
+  /** One flow, or null. */
+  async get(workflowId: string): Promise<FlowRecord | null> {
+    const [row] = await this.options.db.all<FlowRow>('SELECT * FROM oncely_flows WHERE workflow_id = ?', [workflowId]);
+    return row ? toRecord(row) : null;
+  }
+
+  /** Flows, newest first, optionally of one status. */
+  async list(options: { status?: FlowRecord['status']; limit?: number } = {}): Promise<FlowRecord[]> {
+    const limit = Math.min(Math.max(1, options.limit ?? 100), 10_000);
+    const rows = options.status
+      ? await this.options.db.all<FlowRow>(
+          'SELECT * FROM oncely_flows WHERE status = ? ORDER BY created_at DESC LIMIT ?',
+          [options.status, limit],
+        )
+      : await this.options.db.all<FlowRow>('SELECT * FROM oncely_flows ORDER BY created_at DESC LIMIT ?', [limit]);
+    return rows.map(toRecord);
+  }
+
+  /** A flow with its steps and signals (who approved, and when). */
+  async show(workflowId: string) {
+    const flow = await this.get(workflowId);
+    if (!flow) return null;
+    const steps = await this.options.db.all<{
+      step_id: string;
+      status: string;
+      result: string | null;
+      error: string | null;
+      attempts: number;
+      started_at: number | string;
+      completed_at: number | string | null;
+    }>(
+      'SELECT step_id, status, result, error, attempts, started_at, completed_at FROM oncely_flow_steps WHERE workflow_id = ? ORDER BY started_at, step_id',
+      [workflowId],
+    );
+    const signals = await this.options.db.all<{
+      signal_id: string;
+      name: string;
+      payload: string;
+      received_at: number | string;
+    }>(
+      'SELECT signal_id, name, payload, received_at FROM oncely_flow_signals WHERE workflow_id = ? ORDER BY received_at',
+      [workflowId],
+    );
+    return {
+      ...flow,
+      steps: steps.map((s) => ({
+        stepId: s.step_id,
+        status: s.status,
+        result: s.result === null ? null : JSON.parse(s.result),
+        error: s.error === null ? null : JSON.parse(s.error),
+        attempts: Number(s.attempts),
+        startedAt: Number(s.started_at),
+        completedAt: s.completed_at === null ? null : Number(s.completed_at),
+      })),
+      signals: signals.map((s) => ({
+        signalId: s.signal_id,
+        name: s.name,
+        payload: JSON.parse(s.payload),
+        receivedAt: Number(s.received_at),
+      })),
+    };
+  }
+
+  /** Resumes a failed flow from its failed step (completed steps are not run again). */
+  async retry(workflowId: string): Promise<boolean> {
+    const now = Date.now();
+    const resumed = await this.options.db.transaction(async (tx) => {
+      const changed = await tx.run(
+        `UPDATE oncely_flows SET status = 'pending', error = NULL, lease_owner = NULL, updated_at = ? WHERE workflow_id = ? AND status = 'failed'`,
+        [now, workflowId],
+      );
+      if (changed === 1)
+        await tx.run(`DELETE FROM oncely_flow_steps WHERE workflow_id = ? AND status = 'failed'`, [workflowId]);
+      return changed === 1;
+    });
+    this.wake?.();
+    return resumed;
+  }
+
+  /** Runs flows in this process until `stop()`. */
+  async startWorker(): Promise<void> {
+    if (this.working) return;
+    this.working = true;
+    this.loop = this.work();
+  }
+
+  /** Stops claiming, and waits for the flows in flight to finish or suspend. */
+  async stop(): Promise<void> {
+    this.working = false;
+    this.wake?.();
+    await this.loop;
+    await Promise.all(this.running.values());
+  }
+
+  /** Stops the worker and closes the database. */
+  async close(): Promise<void> {
+    await this.stop();
+    await this.options.db.close();
+  }
+
+  private async work(): Promise<void> {
+    while (this.working) {
+      const room = this.concurrency - this.running.size;
+      let claimed = 0;
+      if (room > 0) claimed = await this.claim(room).catch(() => 0);
+      if (claimed === 0 || this.running.size >= this.concurrency)
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, this.pollMs);
+          this.wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+    }
+  }
+
+  /** Claims up to `n` runnable flows this process knows and runs them. */
+  private async claim(n: number): Promise<number> {
+    const names = [...this.byName.keys()];
+    if (names.length === 0) return 0;
+    const now = Date.now();
+    const marks = names.map(() => '?').join(', ');
+    const rows = await this.options.db.transaction(async (tx) => {
+      const lock = tx.dialect === 'postgres' ? ' FOR UPDATE SKIP LOCKED' : '';
+      const due = await tx.all<{ workflow_id: string }>(
+        `SELECT workflow_id FROM oncely_flows
+         WHERE name IN (${marks}) AND ((status = 'pending') OR (status = 'running' AND lease_until <= ?) OR (status = 'waiting' AND wake_at <= ?))
+         ORDER BY updated_at LIMIT ?${lock}`,
+        [...names, now, now, n],
+      );
+      const claimed: FlowRow[] = [];
+      for (const { workflow_id } of due) {
+        await tx.run(
+          `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ? WHERE workflow_id = ?`,
+          [this.owner, now + this.leaseMs, now, workflow_id],
+        );
+        const [row] = await tx.all<FlowRow>('SELECT * FROM oncely_flows WHERE workflow_id = ?', [workflow_id]);
+        if (row) claimed.push(row);
+      }
+      return claimed;
+    });
+    for (const row of rows) this.launch(row);
+    return rows.length;
+  }
+
+  /** Claims one just-started flow for this process. */
+  private async claimOne(workflowId: string): Promise<void> {
+    const now = Date.now();
+    const got = await this.options.db.run(
+      `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ? WHERE workflow_id = ? AND status = 'pending'`,
+      [this.owner, now + this.leaseMs, now, workflowId],
+    );
+    if (got !== 1) return;
+    const [row] = await this.options.db.all<FlowRow>('SELECT * FROM oncely_flows WHERE workflow_id = ?', [workflowId]);
+    if (row) this.launch(row);
+  }
+
+  private launch(row: FlowRow): void {
+    const flow = this.byName.get(row.name);
+    if (!flow) return;
+    const done = this.runFlow(flow, row).finally(() => {
+      this.running.delete(row.workflow_id);
+      this.wake?.();
+    });
+    this.running.set(row.workflow_id, done);
+  }
+
+  private async runFlow(flow: AnyFlow, row: FlowRow): Promise<void> {
+    const db = this.options.db;
+    const id = row.workflow_id;
+    let held = true;
+    // Renews the claim every third of the lease; a failed renewal means another worker took it over.
+    const renewal = setInterval(
+      () => {
+        db.run(
+          `UPDATE oncely_flows SET lease_until = ? WHERE workflow_id = ? AND lease_owner = ? AND status = 'running'`,
+          [Date.now() + this.leaseMs, id, this.owner],
+        )
+          .then((n) => {
+            if (n === 0) held = false;
+          })
+          .catch(() => undefined);
+      },
+      Math.max(10, Math.floor(this.leaseMs / 3)),
+    );
+    renewal.unref();
+    let outcome: ExecutionOutcome;
+    try {
+      outcome = await executeFlow(db, flow, id, JSON.parse(row.input), () => held);
+    } finally {
+      clearInterval(renewal);
+    }
+    const now = Date.now();
+    const mine = [id, this.owner];
+    if (outcome.status === 'completed') {
+      await db.run(
+        `UPDATE oncely_flows SET status = 'completed', result = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
+        [JSON.stringify(outcome.result), now, ...mine],
+      );
+      this.counters.completed++;
+    } else if (outcome.status === 'failed') {
+      await db.run(
+        `UPDATE oncely_flows SET status = 'failed', error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
+        [JSON.stringify(outcome.error), now, ...mine],
+      );
+      this.counters.failed++;
+      this.counters.compensated += outcome.compensated;
+      this.counters.compensationFailed += outcome.compensationFailed;
+    } else if (outcome.reason === 'waiting') {
+      // A signal may have arrived while this run was deciding to wait: it stays runnable then.
+      await db.transaction(async (tx) => {
+        await tx.run(
+          `UPDATE oncely_flows SET status = 'waiting', wake_at = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
+          [outcome.wakeAt, now, ...mine],
+        );
+        const [late] = await tx.all<{ n: number | string }>(
+          `SELECT COUNT(*) AS n FROM oncely_flow_signals s WHERE s.workflow_id = ? AND s.received_at >= (SELECT MIN(started_at) FROM oncely_flow_steps WHERE workflow_id = ? AND status = 'waiting')`,
+          [id, id],
+        );
+        if (Number(late?.n) > 0)
+          await tx.run(`UPDATE oncely_flows SET status = 'pending' WHERE workflow_id = ? AND status = 'waiting'`, [id]);
+      });
+    }
+  }
+}
+
+/** Creates the tables and the flows API; call `startWorker()` in processes that run flows. */
+export async function createFlows(options: FlowsOptions): Promise<Flows> {
+  if (!options?.db) throw new InvalidArgumentError('createFlows needs { db }');
+  await migrateFlowTables(options.db);
+  return new Flows(options);
+}

@@ -1,0 +1,11 @@
+export {
+  type AnyFlow,
+  defineFlow,
+  type FlowDefinition,
+  type FlowRun,
+  type RetryPolicy,
+  type StepContext,
+  type StepOptions,
+} from './define.js';
+export { StepFailed } from './execution.js';
+export { createFlows, type FlowRecord, Flows, type FlowsOptions } from './flows.js';
