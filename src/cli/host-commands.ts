@@ -87,3 +87,50 @@ export function addHostCommands(program: Command): void {
       await app.stop();
     });
 }
+
+/** Adds `flows list|show|retry` to the CLI: they read the app's database, the app's workers run the flows. */
+export function addFlowCommands(program: Command): void {
+  const flows = program.command('flows').description('durable flows of an app');
+  const withFlows = async (dir: string, options: HostOptions) => {
+    const app = await host(dir, options);
+    if (!app.flows) {
+      await app.stop();
+      throw new Error(`${dir} has no flows/ folder`);
+    }
+    return { app, flows: app.flows };
+  };
+  flows
+    .command('list')
+    .argument('[dir]', 'app folder', '.')
+    .option('--db <target>', 'SQLite file or postgres:// URL')
+    .option('--status <status>', 'pending, running, waiting, completed or failed')
+    .action(async (dir: string, options: HostOptions & { status?: 'failed' }) => {
+      const { app, flows: api } = await withFlows(dir, options);
+      for (const f of await api.list({ status: options.status }))
+        console.log(`${f.workflowId}\t${f.status}\truns ${f.runs}\t${f.error?.message ?? ''}`);
+      await app.stop();
+    });
+  flows
+    .command('show')
+    .argument('<workflowId>')
+    .option('--dir <dir>', 'app folder', '.')
+    .option('--db <target>', 'SQLite file or postgres:// URL')
+    .action(async (workflowId: string, options: HostOptions & { dir: string }) => {
+      const { app, flows: api } = await withFlows(options.dir, options);
+      const shown = await api.show(workflowId);
+      console.log(shown ? JSON.stringify(shown, null, 2) : `no flow ${workflowId}`);
+      await app.stop();
+    });
+  flows
+    .command('retry')
+    .argument('<workflowId>')
+    .option('--dir <dir>', 'app folder', '.')
+    .option('--db <target>', 'SQLite file or postgres:// URL')
+    .action(async (workflowId: string, options: HostOptions & { dir: string }) => {
+      const { app, flows: api } = await withFlows(options.dir, options);
+      console.log(
+        (await api.retry(workflowId)) ? `${workflowId} resumes from its failed step` : `${workflowId} is not failed`,
+      );
+      await app.stop();
+    });
+}

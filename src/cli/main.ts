@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { Command } from 'commander';
 import { runDemo } from './demo.js';
-import { addHostCommands } from './host-commands.js';
+import { addFlowCommands, addHostCommands } from './host-commands.js';
 
 const program = new Command('oncely').description('Side effects that happen once in effect.');
 
@@ -15,6 +15,7 @@ program
   });
 
 addHostCommands(program);
+addFlowCommands(program);
 
 program.parseAsync().catch((error: unknown) => {
   console.error(error instanceof Error ? `${error.name}: ${error.message}` : error);

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, extname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Duration, Ttl } from '../core/duration.js';
+import type { AnyFlow } from '../flows/define.js';
 import type { HostConfig } from './config.js';
 import type { HostContext } from './context.js';
 import type { HostEvent } from './types.js';
@@ -42,6 +43,8 @@ export interface App {
   handlers: Map<string, HandlerModule>;
   /** By `<source>/<type>`, e.g. `shop/order.paid`. */
   consumers: Map<string, ConsumerModule>;
+  /** The default exports of `flows/*.ts`: flows run by this app's workers. */
+  flows: AnyFlow[];
 }
 
 const CODE = new Set(['.ts', '.mts', '.js', '.mjs']);
@@ -66,8 +69,18 @@ export async function loadApp(folder: string): Promise<App> {
     if (typeof module.handle !== 'function') throw new Error(`${file} must export handle(event, ctx)`);
     consumers.set(`${source}/${type}`, module);
   }
+  const flows: AnyFlow[] = [];
+  const flowDir = join(dir, 'flows');
+  if (existsSync(flowDir))
+    for (const file of readdirSync(flowDir).sort()) {
+      if (!CODE.has(extname(file)) || file.endsWith('.d.ts') || file.includes('.test.')) continue;
+      const flow = ((await import(pathToFileURL(join(flowDir, file)).href)) as { default?: AnyFlow }).default;
+      if (flow?.kind !== 'oncely-flow') throw new Error(`${join(flowDir, file)} must export default defineFlow(...)`);
+      flows.push(flow);
+    }
   return {
     dir,
+    flows,
     config,
     schemaSql: existsSync(schemaPath) ? readFileSync(schemaPath, 'utf8') : '',
     handlers,

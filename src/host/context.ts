@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { KeyRequiredError } from '../core/errors.js';
+import { KeyRequiredError, OncelyError } from '../core/errors.js';
 import { stableUuid } from '../core/ids.js';
 import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
+import type { FlowDefinition } from '../flows/define.js';
+import type { Flows } from '../flows/flows.js';
 import { enqueue } from './outbox.js';
 import type { DataStore } from './types.js';
 
@@ -25,6 +27,10 @@ export interface HostContext {
   readonly log: HostLog;
   /** Data primitives bound to this execution's transaction. */
   readonly store: DataStore;
+  /** Starts flows in this execution's transaction: they exist only if it commits. */
+  readonly flows: {
+    start<I>(flow: FlowDefinition<I, unknown>, input: I): Promise<{ workflowId: string; already: boolean }>;
+  };
   /** Messages written in this execution's transaction, delivered after it commits. */
   readonly outbox: {
     enqueue(topic: string, payload: unknown, options?: { id?: string }): Promise<{ id: string; created: boolean }>;
@@ -32,7 +38,13 @@ export interface HostContext {
 }
 
 /** Builds the context of one execution: under a claim (`run`), or keyless. */
-export function hostContext(tx: Sql, store: DataStore, run: RunContext | undefined, tenant: string): HostContext {
+export function hostContext(
+  tx: Sql,
+  store: DataStore,
+  run: RunContext | undefined,
+  tenant: string,
+  flows?: Flows,
+): HostContext {
   const traceId = run?.traceId ?? randomUUID();
   const requestId = run?.requestId ?? randomUUID();
   const stableId = (scope: string) => {
@@ -52,6 +64,12 @@ export function hostContext(tx: Sql, store: DataStore, run: RunContext | undefin
     stableId,
     log: { info: line('info'), warn: line('warn'), error: line('error') },
     store,
+    flows: {
+      start: (flow, input) => {
+        if (!flows) throw new OncelyError('FLOWS_UNAVAILABLE', 'this app has no flows/ folder');
+        return flows.start(flow, input, { tx });
+      },
+    },
     outbox: {
       // The default id comes from the key and the enqueue's position, so a re-run enqueues nothing new.
       enqueue: (topic, payload, options = {}) =>

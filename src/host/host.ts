@@ -3,6 +3,7 @@ import { type ServerType, serve } from '@hono/node-server';
 import { type Context, Hono } from 'hono';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
+import { createFlows, type Flows } from '../flows/flows.js';
 import { IdempotencyGate } from '../http/gate.js';
 import type { HttpResponse } from '../http/response.js';
 import type { RecordStore } from '../store.js';
@@ -22,6 +23,8 @@ export interface Host {
   readonly once: Oncely;
   readonly events: EventQueue;
   readonly relay: OutboxRelay;
+  /** The app's flows (from `flows/*.ts`), run by this host's worker; undefined without a flows folder. */
+  readonly flows: Flows | undefined;
   /** Applies oncely's tables and the app's schema.sql (once per version of the file). */
   migrate(): Promise<void>;
   /** Listens on `port` (0 for any) and starts consumers and relay; resolves with the port. */
@@ -43,6 +46,8 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   };
   const tenantOf = (c: Context) => app.config.tenant?.(Object.fromEntries(c.req.raw.headers)) ?? 'default';
 
+  // Flows share the app's database, so a handler's flows.start commits with the handler.
+  const flows = app.flows.length > 0 ? await createFlows({ db, flows: app.flows }) : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
     if (!consumer) return undefined;
@@ -52,7 +57,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
         await once.run(
           { action: `consume:${source}/${type}`, key: event.id, input: event.data, tx: tx.handle, ttl: '7d' },
           async (ctx) => {
-            await consumer.handle(event, hostContext(tx, createDataStore(tx, currentSchema()), ctx, ctx.tenant));
+            await consumer.handle(event, hostContext(tx, createDataStore(tx, currentSchema()), ctx, ctx.tenant, flows));
             return null;
           },
         );
@@ -93,7 +98,14 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     const handler = app.handlers.get(id);
     if (!handler) return send(envelope(404, { error: { code: 'HANDLER_UNKNOWN', message: `no handler ${id}` } }));
     return send(
-      await invoke(c, id, handler, { db, schema: currentSchema, gates, tenantOf, afterCommit: () => relay.wake() }),
+      await invoke(c, id, handler, {
+        db,
+        schema: currentSchema,
+        gates,
+        tenantOf,
+        flows,
+        afterCommit: () => relay.wake(),
+      }),
     );
   });
   http.post('/v1/webhooks/:source', async (c) => {
@@ -132,11 +144,13 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     once,
     events,
     relay,
+    flows,
     migrate,
     async start(port) {
       if (!schema) await migrate();
       events.start();
       relay.start();
+      await flows?.startWorker();
       return new Promise<number>((resolve) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
       });
@@ -145,6 +159,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       await events.stop();
       await relay.stop();
+      await flows?.stop();
       await once.close();
       await db.close();
     },

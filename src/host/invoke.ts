@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import { OncelyError } from '../core/errors.js';
 import { keyFrom } from '../core/key.js';
 import type { Db } from '../db/types.js';
+import type { Flows } from '../flows/flows.js';
 import type { IdempotencyGate } from '../http/gate.js';
 import type { HttpResponse } from '../http/response.js';
 import type { HandlerModule } from './app.js';
@@ -26,6 +27,7 @@ export interface InvokeDeps {
   schema: () => AppSchema;
   gates: Map<string, IdempotencyGate<Context>>;
   tenantOf(c: Context): string;
+  flows: Flows | undefined;
   afterCommit(): void;
 }
 
@@ -72,10 +74,12 @@ export async function invoke(c: Context, id: string, handler: HandlerModule, dep
       if (start.kind === 'respond') return asEnvelope(start.response);
       const store = createDataStore(tx, deps.schema());
       if (start.kind === 'pass')
-        return envelope(200, { data: await handler.handle(input, hostContext(tx, store, undefined, tenant)) });
+        return envelope(200, {
+          data: await handler.handle(input, hostContext(tx, store, undefined, tenant, deps.flows)),
+        });
       let data: unknown;
       try {
-        data = await handler.handle(input, hostContext(tx, store, start.run.context, tenant));
+        data = await handler.handle(input, hostContext(tx, store, start.run.context, tenant, deps.flows));
       } catch (error) {
         await start.run.abandon(error);
         throw error;

@@ -161,6 +161,26 @@ for (const [name, makeTarget] of targets)
       expect(await count(`SELECT COUNT(*) AS n FROM pushes WHERE event_id = 'gh-delivery-1'`)).toBe(1);
     });
 
+    it('starts flows in the handler transaction, runs them in the host, and lists and retries them from the CLI', async () => {
+      const rolledBack = await invoke('notes.create', { body: 'flow doomed', flow: true, fail: true }, '"flow-0"');
+      expect(rolledBack.status).toBe(409);
+      expect(await count(`SELECT COUNT(*) AS n FROM oncely_flows`)).toBe(0);
+      const ok = await invoke('notes.create', { body: 'flow ok', flow: true }, '"flow-1"');
+      const noteId = (ok.body.data as { id: string }).id;
+      expect(await host.flows?.result(`welcome-${noteId}`, { timeout: '10s' })).toEqual({
+        key: `welcome-${noteId}:greet`,
+      });
+      const bad = await invoke('notes.create', { body: 'flow fails', flow: true, failFlow: true }, '"flow-2"');
+      const badId = `welcome-${(bad.body.data as { id: string }).id}`;
+      await expect(host.flows?.result(badId, { timeout: '10s' })).rejects.toMatchObject({ code: 'FLOW_FAILED' });
+      const cli = (...args: string[]) => run(process.execPath, ['dist/cli/main.js', ...args]);
+      const listed = await cli('flows', 'list', FIXTURE, '--db', target, '--status', 'failed');
+      expect(listed.stdout).toContain(badId);
+      const retried = await cli('flows', 'retry', badId, '--dir', FIXTURE, '--db', target);
+      expect(retried.stdout).toContain('resumes from its failed step');
+      expect((await host.flows?.show(badId))?.steps.map((s) => s.stepId)).toContain('greet');
+    });
+
     it('dead-letters a failing consumer and replays it with the same id from the CLI', async () => {
       await hook('evt-flaky', JSON.stringify({ type: 'note.flaky', data: {} }));
       const dead = async () => (await host.events.deadLetters()).filter((d) => d.eventId === 'evt-flaky');
