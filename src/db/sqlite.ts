@@ -44,12 +44,49 @@ export function openSqlite(path: string): Db {
       return 0;
     },
   };
+  // Writes outside a transaction issued in the same turn commit together: one fsync for the burst.
+  let writes: {
+    sql: string;
+    params: readonly unknown[] | undefined;
+    resolve: (n: number) => void;
+    reject: (e: unknown) => void;
+  }[] = [];
+  const flush = () =>
+    void serial(async () => {
+      const batch = writes;
+      writes = [];
+      const results: { ok: boolean; value: unknown }[] = [];
+      try {
+        db.exec('BEGIN IMMEDIATE');
+        for (const write of batch) {
+          try {
+            results.push({ ok: true, value: await direct.run(write.sql, write.params) });
+          } catch (error) {
+            results.push({ ok: false, value: error });
+          }
+        }
+        db.exec('COMMIT');
+      } catch (error) {
+        if (db.inTransaction) db.exec('ROLLBACK');
+        for (const write of batch) write.reject(error);
+        return;
+      }
+      batch.forEach((write, i) => {
+        const result = results[i];
+        if (result?.ok) write.resolve(result.value as number);
+        else write.reject(result?.value);
+      });
+    });
   return {
     dialect: 'sqlite',
     handle: db,
     target: path,
     all: (sql, params) => serial(() => direct.all(sql, params)),
-    run: (sql, params) => serial(() => direct.run(sql, params)),
+    run: (sql, params) =>
+      new Promise<number>((resolve, reject) => {
+        writes.push({ sql, params, resolve, reject });
+        if (writes.length === 1) setImmediate(flush);
+      }),
     exec: (script) => serial(() => void db.exec(script)),
     transaction: (fn) =>
       serial(async () => {

@@ -77,13 +77,22 @@ export async function executeFlow(
         [workflowId, stepId],
       )
     )[0];
+  // Every step stored so far, read once: a replay answers from memory, a first run reads nothing more.
+  const stored = new Map(
+    (
+      await db.all<StepRow & { step_id: string }>(
+        'SELECT step_id, status, result, error, started_at FROM oncely_flow_steps WHERE workflow_id = ?',
+        [workflowId],
+      )
+    ).map((row) => [row.step_id, row] as const),
+  );
 
   const runStep = async <T>(
     stepId: string,
     fn: (ctx: StepContext) => Promise<T> | T,
     options: StepOptions = {},
   ): Promise<T> => {
-    const memo = await read(stepId);
+    const memo = stored.get(stepId);
     if (memo?.status === 'completed') {
       const value = JSON.parse(memo.result ?? 'null') as T;
       if (options.compensate) compensations.push({ stepId, value, compensate: options.compensate });

@@ -130,7 +130,7 @@ export class Flows {
       return { workflowId, already: true };
     }
     // Started here with room to run: run it now rather than after the next poll.
-    if (!options.tx && this.working && this.running.size < this.concurrency) void this.claimOne(workflowId);
+    if (!options.tx && this.working && this.running.size < this.concurrency) await this.claimOne(workflowId);
     else this.wake?.();
     return { workflowId, already: false };
   }
@@ -292,25 +292,18 @@ export class Flows {
     if (names.length === 0) return 0;
     const now = Date.now();
     const marks = names.map(() => '?').join(', ');
-    const rows = await this.options.db.transaction(async (tx) => {
-      const lock = tx.dialect === 'postgres' ? ' FOR UPDATE SKIP LOCKED' : '';
-      const due = await tx.all<{ workflow_id: string }>(
-        `SELECT workflow_id FROM oncely_flows
+    // One statement claims and returns: SKIP LOCKED lets PostgreSQL workers pass each other's rows;
+    // SQLite's write lock serializes the claims of processes sharing the file.
+    const lock = this.options.db.dialect === 'postgres' ? ' FOR UPDATE SKIP LOCKED' : '';
+    const rows = await this.options.db.all<FlowRow>(
+      `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ?
+       WHERE workflow_id IN (
+         SELECT workflow_id FROM oncely_flows
          WHERE name IN (${marks}) AND ((status = 'pending') OR (status = 'running' AND lease_until <= ?) OR (status = 'waiting' AND wake_at <= ?))
-         ORDER BY updated_at LIMIT ?${lock}`,
-        [...names, now, now, n],
-      );
-      const claimed: FlowRow[] = [];
-      for (const { workflow_id } of due) {
-        await tx.run(
-          `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ? WHERE workflow_id = ?`,
-          [this.owner, now + this.leaseMs, now, workflow_id],
-        );
-        const [row] = await tx.all<FlowRow>('SELECT * FROM oncely_flows WHERE workflow_id = ?', [workflow_id]);
-        if (row) claimed.push(row);
-      }
-      return claimed;
-    });
+         ORDER BY updated_at LIMIT ?${lock})
+       RETURNING *`,
+      [this.owner, now + this.leaseMs, now, ...names, now, now, n],
+    );
     for (const row of rows) this.launch(row);
     return rows.length;
   }
@@ -318,12 +311,11 @@ export class Flows {
   /** Claims one just-started flow for this process. */
   private async claimOne(workflowId: string): Promise<void> {
     const now = Date.now();
-    const got = await this.options.db.run(
-      `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ? WHERE workflow_id = ? AND status = 'pending'`,
+    const [row] = await this.options.db.all<FlowRow>(
+      `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ?
+       WHERE workflow_id = ? AND status = 'pending' RETURNING *`,
       [this.owner, now + this.leaseMs, now, workflowId],
     );
-    if (got !== 1) return;
-    const [row] = await this.options.db.all<FlowRow>('SELECT * FROM oncely_flows WHERE workflow_id = ?', [workflowId]);
     if (row) this.launch(row);
   }
 
