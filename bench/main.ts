@@ -4,8 +4,11 @@
  * the same run, at concurrency 32. Prints a markdown table; `--json` prints JSON instead.
  *
  * Then the HTTP part (bench/http.ts): each framework bare, with the Idempotency-Key middleware on
- * unique keys and on replays, against the engine's own run. BENCH_ONLY=engine or BENCH_ONLY=http
- * runs one part only.
+ * unique keys and on replays, against the engine's own run.
+ *
+ * Then the flows part (bench/flows.ts): durable flows of three steps, oncely on PostgreSQL and
+ * SQLite beside DBOS Transact on the same PostgreSQL. BENCH_ONLY=engine, http or flows runs one
+ * part only.
  *
  * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
  * 2500), BENCH_ROUNDS (default 3, best kept), BENCH_WARMUP, BENCH_MEMORY_KEYS, BENCH_JSON (also
@@ -14,6 +17,7 @@
 import { writeFileSync } from 'node:fs';
 import { postgresSubject, redisSubject, type Subject, sqliteSubject } from './engine.js';
 import { type Floor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
+import { type FlowsResult, flowsReport, runFlows } from './flows.js';
 import {
   type Budget,
   best,
@@ -105,12 +109,13 @@ async function runPlan(plan: Plan): Promise<Result[]> {
 }
 
 async function main(): Promise<void> {
-  if (ONLY !== undefined && ONLY !== 'engine' && ONLY !== 'http')
-    throw new Error(`BENCH_ONLY must be engine or http, got ${ONLY}`);
+  if (ONLY !== undefined && ONLY !== 'engine' && ONLY !== 'http' && ONLY !== 'flows')
+    throw new Error(`BENCH_ONLY must be engine, http or flows, got ${ONLY}`);
   const started = Date.now();
-  const engine = ONLY === 'http' ? undefined : await runEngine();
-  const http = ONLY === 'engine' ? undefined : await runHttp();
-  report(engine, http, Date.now() - started);
+  const engine = ONLY === undefined || ONLY === 'engine' ? await runEngine() : undefined;
+  const http = ONLY === undefined || ONLY === 'http' ? await runHttp() : undefined;
+  const flows = ONLY === undefined || ONLY === 'flows' ? await runFlows() : undefined;
+  report(engine, http, flows, Date.now() - started);
 }
 
 /** The engine part: every store's plan, and memory per key on SQLite. */
@@ -161,11 +166,13 @@ type Checked = Check & { name: string; store: string };
 function report(
   engine: { results: Result[]; memory: MemoryResult } | undefined,
   httpResults: HttpResult[] | undefined,
+  flowsResults: FlowsResult[] | undefined,
   ms: number,
 ): void {
   const part = engine ? engineReport(engine.results, engine.memory) : undefined;
   const http = httpResults ? httpReport(httpResults) : undefined;
-  const checks = [...(part?.checks ?? []), ...(http?.checks ?? [])];
+  const flows = flowsResults ? flowsReport(flowsResults) : undefined;
+  const checks = [...(part?.checks ?? []), ...(http?.checks ?? []), ...(flows?.checks ?? [])];
   const failed = checks.filter((c) => !(c.ratio >= c.min));
   // A wrong response is a broken middleware, not a slow one: the bench fails whatever the speed.
   if (http && http.failures.length > 0) process.exitCode = 1;
@@ -175,6 +182,7 @@ function report(
     memory: engine?.memory,
     http: httpResults?.map((r) => ({ ...r, bare: strip(r.bare), unique: strip(r.unique), replay: strip(r.replay) })),
     httpFailures: http?.failures,
+    flows: flowsResults,
     checks: checks.map((c) => ({ ...c, pass: c.ratio >= c.min })),
     totalMs: ms,
   };
@@ -183,7 +191,8 @@ function report(
     process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
     return;
   }
-  const lines = [...(part?.lines ?? []), ...(part && http ? [''] : []), ...(http?.lines ?? [])];
+  const sections = [part?.lines, http?.lines, flows?.lines].filter((l): l is string[] => l !== undefined);
+  const lines = sections.flatMap((l, k) => (k === 0 ? l : ['', ...l]));
   lines.push(
     '',
     failed.length === 0
