@@ -107,25 +107,40 @@ export async function executeFlow(
         const value = await fn(stepContext(stepId, attempt));
         const text = JSON.stringify(value ?? null);
         // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
-        const stored = await db.run(
+        const inserted = await db.run(
           `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, attempts, started_at, completed_at)
            VALUES (?, ?, 'completed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
           [workflowId, stepId, text, attempt, startedAt, Date.now()],
         );
         const result =
-          stored === 1 ? (JSON.parse(text) as T) : (JSON.parse((await read(stepId))?.result ?? 'null') as T);
+          inserted === 1 ? (JSON.parse(text) as T) : (JSON.parse((await read(stepId))?.result ?? 'null') as T);
+        // The same step id later in this run answers from memory, as a replay would.
+        stored.set(stepId, {
+          step_id: stepId,
+          status: 'completed',
+          result: JSON.stringify(result ?? null),
+          error: null,
+          started_at: startedAt,
+        });
         if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
         return result;
       } catch (error) {
         if (error instanceof Suspend) throw error;
         if (attempt >= attempts || final?.(error) === true) {
-          const stored = errorOf(error);
+          const failure = errorOf(error);
           await db.run(
             `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, error, attempts, started_at, completed_at)
              VALUES (?, ?, 'failed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-            [workflowId, stepId, JSON.stringify(stored), attempt, startedAt, Date.now()],
+            [workflowId, stepId, JSON.stringify(failure), attempt, startedAt, Date.now()],
           );
-          throw new StepFailed(stepId, stored);
+          stored.set(stepId, {
+            step_id: stepId,
+            status: 'failed',
+            result: null,
+            error: JSON.stringify(failure),
+            started_at: startedAt,
+          });
+          throw new StepFailed(stepId, failure);
         }
         const cap = Math.min(toMs(maxBackoff, 'maxBackoff'), toMs(backoff, 'backoff') * 2 ** (attempt - 1));
         await sleep(Math.random() * cap);
@@ -166,7 +181,21 @@ export async function executeFlow(
   const run: FlowRun = {
     workflowId,
     step: runStep,
-    all: (steps) => Promise.all(steps.map((s) => s())) as never,
+    // Every branch settles before the join decides: a step that completes beside a failed one is
+    // known to its compensations, and a flow waiting in several branches wakes at the earliest deadline.
+    all: async (steps) => {
+      const settled = await Promise.allSettled(steps.map((s) => s()));
+      const errors = settled.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
+      if (errors.length === 0) return settled.map((r) => (r as PromiseFulfilledResult<unknown>).value) as never;
+      // A run that lost its lease decides nothing; the new owner replays the same branches.
+      const lost = errors.find((e) => e instanceof Suspend && e.reason === 'lease_lost');
+      if (lost) throw lost;
+      const failure = errors.find((e) => !(e instanceof Suspend));
+      if (failure !== undefined) throw failure;
+      const suspends = errors as Suspend[];
+      const deadlines = suspends.map((e) => e.wakeAt).filter((at): at is number => at !== null);
+      throw new Suspend('waiting', deadlines.length > 0 ? Math.min(...deadlines) : null);
+    },
     waitFor,
     subKey: (i) => `${workflowId}:${i}`,
   };
@@ -176,6 +205,8 @@ export async function executeFlow(
     return { status: 'completed', result: JSON.parse(JSON.stringify(result ?? null)) };
   } catch (error) {
     if (error instanceof Suspend) return { status: 'suspended', reason: error.reason, wakeAt: error.wakeAt };
+    // Only the holder may undo a flow: a worker that lost its lease leaves that to the new holder.
+    if (!holds()) return { status: 'suspended', reason: 'lease_lost', wakeAt: null };
     // A final failure: undo what was done, newest first, each compensation once.
     let compensated = 0;
     let compensationFailed = 0;

@@ -140,6 +140,11 @@ export class Flows {
     validateKey(options?.signalId);
     const now = Date.now();
     const created = await this.options.db.transaction(async (tx) => {
+      // The flow's row first: a worker deciding to wait then reads this signal, or waits for this
+      // transaction and is woken by it (without the lock, both could miss each other and the flow
+      // would wait for good). SQLite's transactions are serial already.
+      if (tx.dialect === 'postgres')
+        await tx.all('SELECT workflow_id FROM oncely_flows WHERE workflow_id = ? FOR UPDATE', [workflowId]);
       const inserted = await tx.run(
         `INSERT INTO oncely_flow_signals (workflow_id, signal_id, name, payload, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (workflow_id, signal_id) DO NOTHING`,
         [workflowId, options.signalId, name, JSON.stringify(payload ?? null), now],
@@ -321,11 +326,16 @@ export class Flows {
 
   private launch(row: FlowRow): void {
     const flow = this.byName.get(row.name);
-    if (!flow) return;
-    const done = this.runFlow(flow, row).finally(() => {
-      this.running.delete(row.workflow_id);
-      this.wake?.();
-    });
+    // Already running here (this process stalled past its lease and claimed it again): one run is enough.
+    if (!flow || this.running.has(row.workflow_id)) return;
+    // A database error while recording the outcome leaves the flow claimed; its lease lapses and a
+    // worker runs it again from its stored steps, so the error must not take the process down.
+    const done = this.runFlow(flow, row)
+      .catch(() => undefined)
+      .finally(() => {
+        this.running.delete(row.workflow_id);
+        this.wake?.();
+      });
     this.running.set(row.workflow_id, done);
   }
 
@@ -377,11 +387,23 @@ export class Flows {
           `UPDATE oncely_flows SET status = 'waiting', wake_at = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
           [outcome.wakeAt, now, ...mine],
         );
-        const [late] = await tx.all<{ n: number | string }>(
-          `SELECT COUNT(*) AS n FROM oncely_flow_signals s WHERE s.workflow_id = ? AND s.received_at >= (SELECT MIN(started_at) FROM oncely_flow_steps WHERE workflow_id = ? AND status = 'waiting')`,
-          [id, id],
+        // Runnable when a wait it stopped at has its signal: the n-th wait for a name takes the n-th
+        // signal of that name. Signals of other names, or already taken, must not wake it (a wake
+        // would only suspend again, and set it pending again, in a loop).
+        const waits = await tx.all<{ step_id: string }>(
+          `SELECT step_id FROM oncely_flow_steps WHERE workflow_id = ? AND status = 'waiting'`,
+          [id],
         );
-        if (Number(late?.n) > 0)
+        const counts = await tx.all<{ name: string; n: number | string }>(
+          'SELECT name, COUNT(*) AS n FROM oncely_flow_signals WHERE workflow_id = ? GROUP BY name',
+          [id],
+        );
+        const received = new Map(counts.map((c) => [c.name, Number(c.n)]));
+        const late = waits.some(({ step_id }) => {
+          const wait = /^wait:(.*):(\d+)$/s.exec(step_id);
+          return wait !== null && (received.get(wait[1] ?? '') ?? 0) >= Number(wait[2]);
+        });
+        if (late)
           await tx.run(`UPDATE oncely_flows SET status = 'pending' WHERE workflow_id = ? AND status = 'waiting'`, [id]);
       });
     }
