@@ -1,3 +1,4 @@
+import { applyDdl } from '../db/ddl.js';
 import type { Db } from '../db/types.js';
 
 /** Approvals and the credit ledger, on SQLite and PostgreSQL alike. */
@@ -31,9 +32,6 @@ const DDL = [
 ];
 
 /** Creates the agent tables if missing; several processes may call it at once. */
-export async function migrateAgentTables(db: Db): Promise<void> {
-  await db.transaction(async (tx) => {
-    if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7346252)');
-    for (const statement of DDL) await tx.run(statement);
-  });
+export function migrateAgentTables(db: Db): Promise<void> {
+  return applyDdl(db, 7346252, DDL);
 }

@@ -1,3 +1,4 @@
+import { applyDdl } from '../db/ddl.js';
 import type { Db } from '../db/types.js';
 
 const DDL = [
@@ -40,9 +41,6 @@ const DDL = [
 ];
 
 /** Creates the flow tables if missing; several processes may call it at once. */
-export async function migrateFlowTables(db: Db): Promise<void> {
-  await db.transaction(async (tx) => {
-    if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7346253)');
-    for (const statement of DDL) await tx.run(statement);
-  });
+export function migrateFlowTables(db: Db): Promise<void> {
+  return applyDdl(db, 7346253, DDL);
 }
