@@ -135,7 +135,7 @@ export class Flows {
     return { workflowId, already: false };
   }
 
-  /** Delivers a signal to a waiting flow; a signal id seen before is ignored. Returns whether it was new. */
+  /** Delivers a signal to a flow (NOT_FOUND if there is none); a signal id seen before is ignored. Returns whether it was new. */
   async signal(workflowId: string, name: string, payload: unknown, options: { signalId: string }): Promise<boolean> {
     validateKey(options?.signalId);
     const now = Date.now();
@@ -143,8 +143,9 @@ export class Flows {
       // The flow's row first: a worker deciding to wait then reads this signal, or waits for this
       // transaction and is woken by it (without the lock, both could miss each other and the flow
       // would wait for good). SQLite's transactions are serial already.
-      if (tx.dialect === 'postgres')
-        await tx.all('SELECT workflow_id FROM oncely_flows WHERE workflow_id = ? FOR UPDATE', [workflowId]);
+      const lock = tx.dialect === 'postgres' ? ' FOR UPDATE' : '';
+      const [flow] = await tx.all(`SELECT workflow_id FROM oncely_flows WHERE workflow_id = ?${lock}`, [workflowId]);
+      if (!flow) throw new OncelyError('NOT_FOUND', `no flow ${workflowId} to signal`);
       const inserted = await tx.run(
         `INSERT INTO oncely_flow_signals (workflow_id, signal_id, name, payload, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (workflow_id, signal_id) DO NOTHING`,
         [workflowId, options.signalId, name, JSON.stringify(payload ?? null), now],

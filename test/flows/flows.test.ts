@@ -359,6 +359,9 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       expect(await flows.result(workflowId, { timeout: '10s' })).toEqual(payload);
       // After completion too, the same id is still a duplicate.
       expect(await flows.signal(workflowId, 'approval', payload, { signalId: 'appr-1' })).toBe(false);
+      await expect(
+        flows.signal(`${workflowId}-missing`, 'approval', payload, { signalId: 'appr-1' }),
+      ).rejects.toMatchObject({ code: 'NOT_FOUND' });
       expect(afterWait).toBe(1);
       const shown = await flows.show(workflowId);
       expect(shown?.signals).toHaveLength(1);
