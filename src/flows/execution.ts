@@ -54,6 +54,18 @@ function errorOf(error: unknown): { name: string; message: string; code: string 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
+ * The flow's own bookkeeping: when the database fails here, the run stops without deciding anything
+ * (not a step failure, no compensation); its lease lapses and a worker resumes it from its stored steps.
+ */
+async function durable<R>(operation: () => Promise<R>): Promise<R> {
+  try {
+    return await operation();
+  } catch {
+    throw new Suspend('lease_lost');
+  }
+}
+
+/**
  * Runs a flow function once from the top. Completed steps return their stored results, so a
  * replay after a crash or a redeploy continues where the last run stopped.
  */
@@ -103,35 +115,19 @@ export async function executeFlow(
     const startedAt = Date.now();
     for (let attempt = 1; ; attempt++) {
       if (!holds()) throw new Suspend('lease_lost');
+      let value: T;
       try {
-        const value = await fn(stepContext(stepId, attempt));
-        const text = JSON.stringify(value ?? null);
-        // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
-        const inserted = await db.run(
-          `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, attempts, started_at, completed_at)
-           VALUES (?, ?, 'completed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-          [workflowId, stepId, text, attempt, startedAt, Date.now()],
-        );
-        const result =
-          inserted === 1 ? (JSON.parse(text) as T) : (JSON.parse((await read(stepId))?.result ?? 'null') as T);
-        // The same step id later in this run answers from memory, as a replay would.
-        stored.set(stepId, {
-          step_id: stepId,
-          status: 'completed',
-          result: JSON.stringify(result ?? null),
-          error: null,
-          started_at: startedAt,
-        });
-        if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
-        return result;
+        value = await fn(stepContext(stepId, attempt));
       } catch (error) {
         if (error instanceof Suspend) throw error;
         if (attempt >= attempts || final?.(error) === true) {
           const failure = errorOf(error);
-          await db.run(
-            `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, error, attempts, started_at, completed_at)
-             VALUES (?, ?, 'failed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-            [workflowId, stepId, JSON.stringify(failure), attempt, startedAt, Date.now()],
+          await durable(() =>
+            db.run(
+              `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, error, attempts, started_at, completed_at)
+               VALUES (?, ?, 'failed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+              [workflowId, stepId, JSON.stringify(failure), attempt, startedAt, Date.now()],
+            ),
           );
           stored.set(stepId, {
             step_id: stepId,
@@ -144,7 +140,31 @@ export async function executeFlow(
         }
         const cap = Math.min(toMs(maxBackoff, 'maxBackoff'), toMs(backoff, 'backoff') * 2 ** (attempt - 1));
         await sleep(Math.random() * cap);
+        continue;
       }
+      const text = JSON.stringify(value ?? null);
+      // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
+      const inserted = await durable(() =>
+        db.run(
+          `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, attempts, started_at, completed_at)
+           VALUES (?, ?, 'completed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+          [workflowId, stepId, text, attempt, startedAt, Date.now()],
+        ),
+      );
+      const result =
+        inserted === 1
+          ? (JSON.parse(text) as T)
+          : (JSON.parse((await durable(() => read(stepId)))?.result ?? 'null') as T);
+      // The same step id later in this run answers from memory, as a replay would.
+      stored.set(stepId, {
+        step_id: stepId,
+        status: 'completed',
+        result: JSON.stringify(result ?? null),
+        error: null,
+        started_at: startedAt,
+      });
+      if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
+      return result;
     }
   };
 
@@ -153,29 +173,35 @@ export async function executeFlow(
     waits.set(name, occurrence);
     const stepId = `wait:${name}:${occurrence}`;
     const now = Date.now();
-    let memo = await read(stepId);
+    let memo = await durable(() => read(stepId));
     if (memo?.status === 'completed') return JSON.parse(memo.result ?? 'null') as T | null;
     if (!memo) {
       // The wait's start is stored, so its deadline is the same on every replay.
-      await db.run(
-        `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, attempts, started_at) VALUES (?, ?, 'waiting', 0, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-        [workflowId, stepId, now],
+      await durable(() =>
+        db.run(
+          `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, attempts, started_at) VALUES (?, ?, 'waiting', 0, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+          [workflowId, stepId, now],
+        ),
       );
-      memo = await read(stepId);
+      memo = await durable(() => read(stepId));
     }
-    const [signal] = await db.all<{ payload: string }>(
-      `SELECT payload FROM oncely_flow_signals WHERE workflow_id = ? AND name = ? ORDER BY received_at, signal_id LIMIT 1 OFFSET ?`,
-      [workflowId, name, occurrence - 1],
+    const [signal] = await durable(() =>
+      db.all<{ payload: string }>(
+        `SELECT payload FROM oncely_flow_signals WHERE workflow_id = ? AND name = ? ORDER BY received_at, signal_id LIMIT 1 OFFSET ?`,
+        [workflowId, name, occurrence - 1],
+      ),
     );
     const deadline =
       options.timeout === undefined ? null : Number(memo?.started_at ?? now) + toMs(options.timeout, 'timeout');
     if (!signal && (deadline === null || deadline > now)) throw new Suspend('waiting', deadline);
     const value = signal ? (JSON.parse(signal.payload) as T) : null;
-    await db.run(
-      `UPDATE oncely_flow_steps SET status = 'completed', result = ?, completed_at = ? WHERE workflow_id = ? AND step_id = ? AND status = 'waiting'`,
-      [JSON.stringify(value), now, workflowId, stepId],
+    await durable(() =>
+      db.run(
+        `UPDATE oncely_flow_steps SET status = 'completed', result = ?, completed_at = ? WHERE workflow_id = ? AND step_id = ? AND status = 'waiting'`,
+        [JSON.stringify(value), now, workflowId, stepId],
+      ),
     );
-    return JSON.parse((await read(stepId))?.result ?? 'null') as T | null;
+    return JSON.parse((await durable(() => read(stepId)))?.result ?? 'null') as T | null;
   };
 
   const run: FlowRun = {
