@@ -27,7 +27,7 @@ describe('flows when the database fails mid-run', () => {
     };
     const runs: string[] = [];
     let compensated = 0;
-    const flow = defineFlow('blink', { seed: ['id'] }, async (run, input: { id: string }) => {
+    const flow = defineFlow('blink', { seed: ['id'] }, async (run, _input: { id: string }) => {
       await run.step('a', (s) => runs.push(s.idempotencyKey), { compensate: () => compensated++ });
       await run.step('b', (s) => runs.push(s.idempotencyKey));
       return 'done';
