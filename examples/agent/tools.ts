@@ -38,26 +38,34 @@ export class OutboxMailer {
   }
 }
 
-/** sendReviewNotice: the key is the task, recipient, template and version; the body may be rephrased. */
+/** The sendReviewNotice without its sender: the key is the task, recipient, template and version; the body may be rephrased. */
+export const reviewNotice = {
+  name: 'sendReviewNotice',
+  input: z.object({
+    taskId: z.string(),
+    recipientId: z.string(),
+    templateId: z.string(),
+    entityVersion: z.number(),
+    body: z.string(),
+  }),
+  idempotency: {
+    required: true,
+    keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
+    ttl: 'permanent',
+  },
+  outbound: {
+    preview: (i: { recipientId: string; body: string }) => ({ to: i.recipientId, body: i.body }),
+    approval: 'none',
+  },
+  cost: { credits: 1, account: (ctx: { tenant: string }) => ctx.tenant },
+} as const;
+
+/** sendReviewNotice sending through the example's mailer. */
 export function sendReviewNotice(mailer: OutboxMailer) {
   return defineTool({
-    name: 'sendReviewNotice',
+    ...reviewNotice,
     description:
       'Sends the review notice of a task version to one recipient. Calling it again for the same task, recipient, template and version sends nothing more.',
-    input: z.object({
-      taskId: z.string(),
-      recipientId: z.string(),
-      templateId: z.string(),
-      entityVersion: z.number(),
-      body: z.string(),
-    }),
-    idempotency: {
-      required: true,
-      keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
-      ttl: 'permanent',
-    },
-    outbound: { preview: (i) => ({ to: i.recipientId, body: i.body }), approval: 'none' },
-    cost: { credits: 1, account: (ctx) => ctx.tenant },
     execute: (input, ctx) =>
       mailer.send(ctx.tenant, { to: input.recipientId, body: input.body }, { idempotencyKey: ctx.idempotencyKey }),
   });

@@ -10,7 +10,7 @@
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import Database from 'better-sqlite3';
-import { z } from 'zod';
+import { reviewNotice } from '../../../examples/agent/tools.js';
 import { type AgentRuntime, createAgentRuntime, defineTool } from '../../../src/agent/index.js';
 import { openDb } from '../../../src/db/index.js';
 import type { Db } from '../../../src/db/types.js';
@@ -89,22 +89,8 @@ function deliver(sink: string, key: string, to: string, body: string, attempt: n
 /** The issue's sendReviewNotice, sending through the SQLite mailer; `hang` runs after the send. */
 export function reviewNoticeTool(sink: string, hang?: () => Promise<void>) {
   return defineTool({
-    name: 'sendReviewNotice',
+    ...reviewNotice,
     description: 'Sends the review notice of a task version to one recipient.',
-    input: z.object({
-      taskId: z.string(),
-      recipientId: z.string(),
-      templateId: z.string(),
-      entityVersion: z.number(),
-      body: z.string(),
-    }),
-    idempotency: {
-      required: true,
-      keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
-      ttl: 'permanent',
-    },
-    outbound: { preview: (i) => ({ to: i.recipientId, body: i.body }), approval: 'none' },
-    cost: { credits: 1, account: (ctx) => ctx.tenant },
     execute: async (input, ctx) => {
       deliver(sink, ctx.idempotencyKey, input.recipientId, input.body, ctx.attempt);
       if (hang) await hang();
