@@ -254,6 +254,31 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       expect(runs).toBe(1);
     });
 
+    it('renews a short lease on time while a long-leased function runs beside it', async () => {
+      const act = action('renew-mixed');
+      let release: () => void = () => {};
+      const long = once.run(
+        { action: act, key: 'L-1', lease: '30s' },
+        () =>
+          new Promise<string>((r) => {
+            release = () => r('long');
+          }),
+      );
+      let runs = 0;
+      const short = once.run({ action: act, key: 'S-1', lease: 60 }, async () => {
+        runs++;
+        await sleep(300);
+        return 'short';
+      });
+      await sleep(200);
+      const busy = await rejection(once.run({ action: act, key: 'S-1', lease: 60 }, async () => runs++));
+      expect(busy.code).toBe('IN_PROGRESS');
+      expect((await short).value).toBe('short');
+      release();
+      expect((await long).value).toBe('long');
+      expect(runs).toBe(1);
+    });
+
     it("turns an expired lease unknown under 'hold' until it is resolved", async () => {
       const { fingerprint } = await import('../src/index.js');
       const act = action('money');

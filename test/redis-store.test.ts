@@ -114,12 +114,30 @@ describe('redis store', () => {
     );
     const after = await store.get(r);
     expect(after).toEqual({ ...r, ...done });
-    expect(await redis.hExists(recordKey(prefix, r), 'leaseUntil')).toBe(0);
+    // A null is stored as an empty field: the lease is gone, not kept as text.
+    expect(await redis.get(recordKey(prefix, r))).toBe(
+      `o1|succeeded|3||${r.expiresAt}|1|${r.createdAt}|${r.updatedAt}|2000|fp-1|${r.traceId}|{"v":1}`,
+    );
 
     // A null expected lease matches an absent one, and a number does not.
     expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: 5 }, { attempts: 2 })).toBe(false);
     expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: null }, { attempts: 2 })).toBe(true);
     expect((await store.get(r))?.attempts).toBe(2);
+  });
+
+  it('stores a result holding the field separator, and refuses a fingerprint or trace id holding it', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const r = record({ result: '{"a":"x|y||z"}' });
+    await store.insertOrGet(r);
+    expect(await store.get(r)).toEqual(r);
+    for (const bad of [record({ fingerprint: 'a|b' }), record({ traceId: '~' })]) {
+      await expect(store.insertOrGet(bad)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      expect(await store.get(bad)).toBeNull();
+    }
+    const held = { fence: 1, states: ['in_progress' as const] };
+    await expect(store.update(r, held, { fingerprint: 'x|y' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(store.update(r, held, { result: '~' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(await store.get(r)).toEqual(r);
   });
 
   it('keeps ids apart when tenant, action or key contain the separator', async () => {
@@ -330,13 +348,18 @@ describe('redis store batches', () => {
     expect(await store.get(c)).toEqual({ ...c, attempts: 7, leaseUntil: 600 });
   });
 
-  it('fails only the caller whose key holds a foreign value; the rest of its batch succeeds', async () => {
+  it.each([
+    ['a string not in its layout', 'not a record', /is not an oncely record/],
+    ['a value of another type', ['field', 'value'], /WRONGTYPE/],
+  ])('fails only the caller whose key holds %s; the rest of its batch succeeds', async (_, value, message) => {
     const { client, sent } = counting();
     const store = redisStore({ client, prefix });
     const [g1, g2, g3, bad] = [record(), record(), record(), record()];
-    await redis.set(recordKey(prefix, bad), 'not a hash');
+    const badKey = recordKey(prefix, bad);
+    if (typeof value === 'string') await redis.set(badKey, value);
+    else await redis.hSet(badKey, value[0] as string, value[1] as string);
     const outcome = (s: PromiseSettledResult<unknown>) => (s.status === 'fulfilled' ? s.value : String(s.reason));
-    const wrongType = expect.stringMatching(/WRONGTYPE/);
+    const wrongType = expect.stringMatching(message);
     const inserts = await Promise.allSettled([g1, bad, g2, g3].map((r) => store.insertOrGet(r)));
     expect(inserts.map(outcome)).toEqual([
       { inserted: true, record: g1 },
@@ -350,7 +373,9 @@ describe('redis store batches', () => {
     expect((await Promise.allSettled([bad, g3].map((r) => store.get(r)))).map(outcome)).toEqual([wrongType, g3]);
     // Each kind went out as one script run: nothing was retried one by one.
     expect(sent).toHaveLength(3);
-    expect(await redis.get(recordKey(prefix, bad))).toBe('not a hash');
+    // The foreign value is left as it was.
+    if (typeof value === 'string') expect(await redis.get(badKey)).toBe(value);
+    else expect(await redis.hGetAll(badKey)).toEqual({ [value[0] as string]: value[1] });
   });
 
   it('fails a call Redis does not answer within timeoutMs, connecting included, then connects afresh', async () => {

@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { canonicalJson } from '../core/fingerprint.js';
+import { fingerprint } from '../core/fingerprint.js';
 import type { Db } from '../db/types.js';
 
 /** Where an approval stands. `expired` is recorded when someone acts on it too late. */
@@ -40,7 +39,7 @@ interface Row {
 
 /** SHA-256 of the canonical JSON of what a person is shown. */
 export function contentHash(preview: unknown): string {
-  return createHash('sha256').update(canonicalJson(preview)).digest('hex');
+  return fingerprint(preview);
 }
 
 function fromRow(row: Row): Approval {

@@ -36,22 +36,28 @@ export interface StoredRecord extends RecordId {
 /** The fields of a record a caller may see; the raw stored result stays inside. */
 export type PublicRecord = Omit<StoredRecord, 'result'>;
 
-/** Strips the stored result from a record. */
-export function publicRecord(record: StoredRecord): PublicRecord {
+const NO_CHANGES: Partial<StoredRecord> = {};
+
+// `changes` wins where it has a field (the id is never changed); a null in it is a value. Written out field by field: on
+// Node 20 `{ ...record, ...changes }` takes a slow path, and this runs once per execution.
+const pick = <T>(changed: T | undefined, stored: T): T => (changed !== undefined ? changed : stored);
+
+/** Strips the stored result from a record, as it is after `changes` were written to it. */
+export function publicRecord(record: StoredRecord, changes: Partial<StoredRecord> = NO_CHANGES): PublicRecord {
   return {
     tenant: record.tenant,
     action: record.action,
     key: record.key,
-    state: record.state,
-    fingerprint: record.fingerprint,
-    fence: record.fence,
-    attempts: record.attempts,
-    leaseUntil: record.leaseUntil,
-    traceId: record.traceId,
-    createdAt: record.createdAt,
-    updatedAt: record.updatedAt,
-    completedAt: record.completedAt,
-    expiresAt: record.expiresAt,
+    state: pick(changes.state, record.state),
+    fingerprint: pick(changes.fingerprint, record.fingerprint),
+    fence: pick(changes.fence, record.fence),
+    attempts: pick(changes.attempts, record.attempts),
+    leaseUntil: pick(changes.leaseUntil, record.leaseUntil),
+    traceId: pick(changes.traceId, record.traceId),
+    createdAt: pick(changes.createdAt, record.createdAt),
+    updatedAt: pick(changes.updatedAt, record.updatedAt),
+    completedAt: pick(changes.completedAt, record.completedAt),
+    expiresAt: pick(changes.expiresAt, record.expiresAt),
   };
 }
 

@@ -2,6 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { stableUuid } from '../core/ids.js';
 import type { StoredRecord } from '../core/record.js';
 
+// Inside a caller's transaction the claim cannot be lost to anyone, so its signal never fires.
+const NEVER_ABORTED = new AbortController().signal;
+
 /** What a function run under a claim knows about it. */
 export interface RunContext {
   /** The key: pass it downstream (payment gateways, mailers) so they dedupe too. */
@@ -18,26 +21,52 @@ export interface RunContext {
   readonly requestId: string;
   /** Fires when the lease is lost: stop work that has not yet had an effect. */
   readonly signal: AbortSignal;
-  /** A deterministic UUID-formatted id for `scope` under this key: the same on every retry. */
+  /** A deterministic UUID-formatted id for `scope` under this key: the same on every retry. Call it as a method. */
   stableId(scope: string): string;
-  /** A key for the i-th sub-effect of this intent (`<key>:<i>`), stable across retries. */
+  /** A key for the i-th sub-effect of this intent (`<key>:<i>`), stable across retries. Call it as a method. */
   subKey(index: number | string): string;
 }
 
-/** Builds the context of one execution of a claimed record; the signal is made only if asked for. */
-export function createContext(record: StoredRecord, signal: () => AbortSignal): RunContext {
-  return {
-    idempotencyKey: record.key,
-    action: record.action,
-    tenant: record.tenant,
-    attempt: record.attempts,
-    fence: record.fence,
-    traceId: record.traceId,
-    requestId: randomUUID(),
-    get signal() {
-      return signal();
-    },
-    stableId: (scope) => stableUuid(record.tenant, record.action, record.key, scope),
-    subKey: (index) => `${record.key}:${index}`,
-  };
+/**
+ * The context of one execution of a claimed record. A class, not an object literal with arrow
+ * functions: one is made per execution, and closures per call cost more than the rest of it.
+ * `requestId` is made on first read and the abort signal only if asked for.
+ */
+export class ExecutionContext implements RunContext {
+  readonly idempotencyKey: string;
+  readonly action: string;
+  readonly tenant: string;
+  readonly attempt: number;
+  readonly fence: number;
+  readonly traceId: string;
+  #requestId: string | undefined;
+  readonly #lease: { readonly signal: AbortSignal } | undefined;
+
+  /** `lease` keeps the claim alive; without one (inside a caller's transaction) the signal never fires. */
+  constructor(record: StoredRecord, lease: { readonly signal: AbortSignal } | undefined) {
+    this.idempotencyKey = record.key;
+    this.action = record.action;
+    this.tenant = record.tenant;
+    this.attempt = record.attempts;
+    this.fence = record.fence;
+    this.traceId = record.traceId;
+    this.#lease = lease;
+  }
+
+  get requestId(): string {
+    this.#requestId ??= randomUUID();
+    return this.#requestId;
+  }
+
+  get signal(): AbortSignal {
+    return this.#lease?.signal ?? NEVER_ABORTED;
+  }
+
+  stableId(scope: string): string {
+    return stableUuid(this.tenant, this.action, this.idempotencyKey, scope);
+  }
+
+  subKey(index: number | string): string {
+    return `${this.idempotencyKey}:${index}`;
+  }
 }

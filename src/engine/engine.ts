@@ -12,7 +12,7 @@ import { fingerprint } from '../core/fingerprint.js';
 import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
 import { decide, type PublicRecord, publicRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import type { RecordPatch, RecordStore } from '../store.js';
-import { createContext, type RunContext } from './context.js';
+import { ExecutionContext, type RunContext } from './context.js';
 import { LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
 import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
@@ -60,8 +60,6 @@ export interface WrapOptions<I> extends ActionOptions {
 /** How a person or reconciler settles an `unknown` record. */
 export type Resolution = { value: unknown } | { error: { name?: string; message: string; code?: string } } | 'retry';
 
-// Inside a caller's transaction the claim cannot be lost to anyone, so its signal never fires.
-const NEVER_ABORTED = new AbortController().signal;
 const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
 const PURGE_BATCH = 500;
@@ -175,7 +173,7 @@ export class Oncely {
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
     if (!(await this.call(() => this.store.update(id, expect, patch))))
       throw new OncelyError('NOT_RESOLVABLE', 'the record changed while resolving it; read it again');
-    return publicRecord({ ...record, ...patch });
+    return publicRecord(record, patch);
   }
 
   /** Deletes expired records in batches of `batchSize`; returns how many were deleted. */
@@ -246,7 +244,7 @@ export class Oncely {
         case 'mark_unknown': {
           const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: now };
           if (await this.call(() => this.store.update(id, seen, patch, tx)))
-            throw new OutcomeUnknownError(publicRecord({ ...record, ...patch }));
+            throw new OutcomeUnknownError(publicRecord(record, patch));
           continue;
         }
         case 'take_over':
@@ -283,7 +281,7 @@ export class Oncely {
   ): Promise<RunResult<T>> {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs) : undefined;
-    const ctx = createContext(record, () => keeper?.signal ?? NEVER_ABORTED);
+    const ctx = new ExecutionContext(record, keeper);
     let value: T;
     try {
       value = await fn(ctx);
@@ -317,7 +315,7 @@ export class Oncely {
     }
     const patch = finished('succeeded', result, options);
     await this.complete(record, patch, tx);
-    return { value: decodeValue<T>(result), replayed: false, record: publicRecord({ ...record, ...patch }) };
+    return { value: decodeValue<T>(result), replayed: false, record: publicRecord(record, patch) };
   }
 
   /**

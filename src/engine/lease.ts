@@ -2,6 +2,34 @@ import { LeaseLostError } from '../core/errors.js';
 import type { StoredRecord } from '../core/record.js';
 import type { RecordStore } from '../store.js';
 
+// Every running execution's keeper, renewed by one timer armed for the earliest renewal due. A
+// timer per execution cost more than the rest of a short execution; most finish long before
+// their first renewal, so they only ever join and leave this set.
+const running = new Set<LeaseKeeper>();
+let timer: NodeJS.Timeout | undefined;
+let armedFor = Number.POSITIVE_INFINITY;
+
+function arm(at: number): void {
+  if (timer && at >= armedFor) return;
+  if (timer) clearTimeout(timer);
+  armedFor = at;
+  // unref: a running execution keeps the process alive through its own promise, not this timer.
+  timer = setTimeout(renewDue, Math.max(at - Date.now(), 1));
+  timer.unref();
+}
+
+function renewDue(): void {
+  timer = undefined;
+  armedFor = Number.POSITIVE_INFINITY;
+  const now = Date.now();
+  let next = Number.POSITIVE_INFINITY;
+  for (const keeper of running) {
+    if (keeper.dueAt <= now) keeper.renew(now);
+    if (keeper.dueAt < next) next = keeper.dueAt;
+  }
+  if (next !== Number.POSITIVE_INFINITY) arm(next);
+}
+
 /**
  * Keeps a claim alive while its function runs: renews the lease every third of its length, and
  * aborts `signal` when a renewal finds the claim taken over or the lease ran out unrenewed.
@@ -10,8 +38,10 @@ export class LeaseKeeper {
   // Created on first use: an AbortController per execution costs more than the rest of the engine.
   private controller: AbortController | undefined;
   private lost: LeaseLostError | undefined;
-  private timer: NodeJS.Timeout | undefined;
   private leaseUntil: number;
+  private readonly period: number;
+  /** When the next renewal is due (epoch ms). */
+  dueAt: number;
 
   constructor(
     private readonly store: RecordStore,
@@ -19,17 +49,19 @@ export class LeaseKeeper {
     private readonly leaseMs: number,
   ) {
     this.leaseUntil = record.leaseUntil ?? 0;
-    this.timer = setInterval(() => void this.renew(), Math.max(Math.floor(leaseMs / 3), 5));
-    this.timer.unref();
+    this.period = Math.max(Math.floor(leaseMs / 3), 5);
+    this.dueAt = Date.now() + this.period;
+    running.add(this);
+    arm(this.dueAt);
   }
 
-  /** The lease end as last written, which a completion does not need but a takeover check does. */
-  get until(): number {
-    return this.leaseUntil;
+  /** Renews now, and schedules the next renewal a period later whatever this one's outcome. */
+  renew(now: number): void {
+    this.dueAt = now + this.period;
+    void this.write(now + this.leaseMs);
   }
 
-  private async renew(): Promise<void> {
-    const next = Date.now() + this.leaseMs;
+  private async write(next: number): Promise<void> {
     try {
       const kept = await this.store.update(
         this.record,
@@ -62,7 +94,6 @@ export class LeaseKeeper {
 
   /** Stops renewing; called once the function settled. */
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+    running.delete(this);
   }
 }

@@ -1,7 +1,7 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { type Duration, toMs } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
-import { canonicalJson } from '../core/fingerprint.js';
+import { fingerprint } from '../core/fingerprint.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
@@ -64,7 +64,6 @@ function toRecord(row: FlowRow): FlowRecord {
   };
 }
 
-const hashOf = (value: unknown) => createHash('sha256').update(canonicalJson(value)).digest('hex');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -110,7 +109,7 @@ export class Flows {
     });
     const bizId = keyFrom(...values);
     const workflowId = validateKey(`${flow.name}-${bizId}`);
-    const hash = hashOf(input);
+    const hash = fingerprint(input);
     const now = Date.now();
     const sql = options.tx ?? this.options.db;
     const created = await sql.run(

@@ -1,106 +1,105 @@
+import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, RecordState, StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch } from '../store.js';
+import { TAG } from './scripts.js';
 
-// Hot path: every function here runs once per record of a batch, so none builds intermediate
-// objects or closures, and arguments are appended to one flat array (the EVALSHA command).
-
-/** One conditional write waiting for its batch. */
-export interface UpdateItem {
-  /** The record to write. */
-  id: RecordId;
-  /** What the record must still be. */
-  expect: Expectation;
-  /** The fields to change. */
-  patch: RecordPatch;
-}
+// Hot path: every function here runs once per call; each record and patch becomes one string in
+// the layout of scripts.ts (FIELDS), written and read field by field in that order.
 
 /**
- * The hash key of a record: `<prefix>r:<len(tenant)>:<tenant>:<len(action)>:<action>:<key>`. The
+ * The key of a record: `<prefix>r:<len(tenant)>:<tenant>:<len(action)>:<action>:<key>`. The
  * lengths (in UTF-16 units) make the split unambiguous although every part may contain ':'.
  */
 export function recordKey(prefix: string, id: RecordId): string {
   return `${prefix}r:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
 }
 
+/** In a patch: keep the stored field. No number, state or JSON text is ever '~'. */
+const KEEP = '~';
+
 // A null goes out as '': no number or JSON text is ever empty. (A result of '' would read back as null.)
 const opt = (value: number | string | null | undefined): string =>
   value === null || value === undefined ? '' : String(value);
 
 /**
- * Appends a record's values in FIELDS order (see scripts.ts), as INSERT reads them. Everything
- * goes through String(): a stray non-string would make the driver throw while writing the whole
- * batch, failing every caller in it.
+ * A text field in the middle of the layout: it may not hold the separator, nor be the keep mark.
+ * The engine's fingerprints (hex) and trace ids (UUIDs) never do; this guards other callers.
  */
-export function pushRecord(args: string[], r: StoredRecord): void {
-  args.push(
-    String(r.tenant),
-    String(r.action),
-    String(r.key),
-    String(r.state),
-    String(r.fingerprint),
-    String(r.fence),
-    String(r.attempts),
-    opt(r.leaseUntil),
-    opt(r.result),
-    String(r.traceId),
-    String(r.createdAt),
-    String(r.updatedAt),
-    opt(r.completedAt),
-    opt(r.expiresAt),
-  );
+function text(value: unknown, name: string): string {
+  const s = String(value);
+  if (s.includes('|') || s === KEEP)
+    throw new InvalidArgumentError(`redis store: ${name} may not contain '|' or be '~'`);
+  return s;
 }
 
-// The id is the key itself: a patch never moves a record.
-const isIdField = (field: string): boolean => field === 'tenant' || field === 'action' || field === 'key';
+/** The stored string of a record. Its id is not in it: the key holds that. */
+export function encodeRecord(r: StoredRecord): string {
+  if (r.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
+  return `${TAG}${String(r.state)}|${Number(r.fence)}|${opt(r.leaseUntil)}|${opt(r.expiresAt)}|${Number(r.attempts)}|${Number(r.createdAt)}|${Number(r.updatedAt)}|${opt(r.completedAt)}|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`;
+}
 
-/** Appends one conditional write in UPDATE's layout (see scripts.ts). */
-export function pushUpdate(args: string[], expect: Expectation, patch: RecordPatch): void {
+// A patch field as the UPDATE script reads it: KEEP when the patch leaves it alone.
+const patched = (value: number | string | null | undefined): string => (value === undefined ? KEEP : opt(value));
+
+/** A patch in the stored layout, KEEP for every field it leaves alone (the id fields always). */
+export function encodePatch(p: RecordPatch): string {
+  if (p.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
+  const fingerprint = p.fingerprint === undefined ? KEEP : text(p.fingerprint, 'fingerprint');
+  const traceId = p.traceId === undefined ? KEEP : text(p.traceId, 'traceId');
+  return `${TAG}${patched(p.state)}|${patched(p.fence)}|${patched(p.leaseUntil)}|${patched(p.expiresAt)}|${patched(p.attempts)}|${patched(p.createdAt)}|${patched(p.updatedAt)}|${patched(p.completedAt)}|${fingerprint}|${traceId}|${patched(p.result)}`;
+}
+
+/** An expectation as the UPDATE script reads it: `fence|check|lease||state|state|`. */
+export function encodeExpect(expect: Expectation): string {
   let check = '0';
   let lease = '';
   if ('leaseUntil' in expect) {
     check = expect.leaseUntil === null || expect.leaseUntil === undefined ? '1' : '2';
     lease = opt(expect.leaseUntil);
   }
-  const counts = args.length + 4;
-  args.push(String(expect.fence), check, lease, `,${expect.states.join(',')},`, '0', '0');
-  const fields = patch as Record<string, unknown>;
-  let sets = 0;
-  for (const field in fields) {
-    const value = fields[field];
-    if (value === undefined || value === null || isIdField(field)) continue;
-    args.push(field, String(value));
-    sets += 2;
-  }
-  let dels = 0;
-  for (const field in fields) {
-    if (fields[field] !== null || isIdField(field)) continue;
-    args.push(field);
-    dels++;
-  }
-  args[counts] = String(sets);
-  args[counts + 1] = String(dels);
+  return `${Number(expect.fence)}|${check}|${lease}||${expect.states.join('|')}|`;
 }
 
-// A client with a Buffer type mapping answers Buffers: String() and Number() read those too.
-const num = (value: unknown): number | null => (value === null || value === undefined ? null : Number(value));
+const num = (s: string): number | null => (s === '' ? null : Number(s));
 
-/** A record from its fields in FIELDS order, as INSERT and GET answer them. */
-export function toRecord(v: unknown[]): StoredRecord {
+/** A record from its stored string (which GET and INSERT checked to carry the tag) and its id. */
+export function decodeRecord(value: unknown, id: RecordId): StoredRecord {
+  // A client with a Buffer type mapping answers Buffers: String() reads those too.
+  const s = String(value);
+  // Reads the fields in layout order (FIELDS); the last one, the result, is the rest.
+  let from = TAG.length;
+  const next = (): string => {
+    const end = s.indexOf('|', from);
+    const field = s.slice(from, end);
+    from = end + 1;
+    return field;
+  };
+  const state = next() as RecordState;
+  const fence = Number(next());
+  const leaseUntil = num(next());
+  const expiresAt = num(next());
+  const attempts = Number(next());
+  const createdAt = Number(next());
+  const updatedAt = Number(next());
+  const completedAt = num(next());
+  const fingerprint = next();
+  const traceId = next();
+  const result = s.slice(from);
   return {
-    tenant: String(v[0]),
-    action: String(v[1]),
-    key: String(v[2]),
-    state: String(v[3]) as RecordState,
-    fingerprint: String(v[4]),
-    fence: Number(v[5]),
-    attempts: Number(v[6]),
-    leaseUntil: num(v[7]),
-    result: v[8] === null || v[8] === undefined ? null : String(v[8]),
-    traceId: String(v[9]),
-    createdAt: Number(v[10]),
-    updatedAt: Number(v[11]),
-    completedAt: num(v[12]),
-    expiresAt: num(v[13]),
+    tenant: id.tenant,
+    action: id.action,
+    key: id.key,
+    state,
+    fingerprint,
+    fence,
+    attempts,
+    leaseUntil,
+    result: result === '' ? null : result,
+    traceId,
+    createdAt,
+    updatedAt,
+    completedAt,
+    expiresAt,
   };
 }
 
@@ -114,10 +113,9 @@ export function answers(reply: unknown, count: number): unknown[] {
 /** One record's answer to INSERT: an error of that record, the existing record, or its own. */
 export function insertAnswer(answer: unknown, record: StoredRecord): InsertResult | Error {
   if (answer instanceof Error) return answer;
-  if (Array.isArray(answer)) return { inserted: false, record: toRecord(answer) };
   // A copy, so the caller's object and the stored one never alias.
-  if (Number(answer) === 1) return { inserted: true, record: { ...record } };
-  return new Error(`unexpected insert answer from redis: ${String(answer)}`);
+  if (answer === 1) return { inserted: true, record: { ...record } };
+  return { inserted: false, record: decodeRecord(answer, record) };
 }
 
 /** One record's answer to UPDATE: whether it applied, or an error of that record. */
@@ -126,7 +124,7 @@ export function updateAnswer(answer: unknown): boolean | Error {
 }
 
 /** One record's answer to GET: the record, null, or an error of that record. */
-export function getAnswer(answer: unknown): StoredRecord | null | Error {
+export function getAnswer(answer: unknown, id: RecordId): StoredRecord | null | Error {
   if (answer instanceof Error) return answer;
-  return Array.isArray(answer) ? toRecord(answer) : null;
+  return answer === 0 ? null : decodeRecord(answer, id);
 }

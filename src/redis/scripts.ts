@@ -13,52 +13,46 @@ function script(source: string): RedisScript {
 }
 
 /**
- * The hash fields of a record, in the order INSERT sends them and INSERT and GET return them
- * (positional, so neither side spends an argument or a reply element per field name).
+ * A record is one Redis string (see codec.ts): `o1|` then these fields joined by '|', the result
+ * last because it is the only one that may itself contain '|'. One string instead of a hash
+ * because Redis then does one command per write: an insert is a single SET NX GET, and a
+ * conditional write a GET and a SET, where a hash needed seven commands for the pair.
  */
 export const FIELDS = [
-  'tenant',
-  'action',
-  'key',
   'state',
-  'fingerprint',
   'fence',
-  'attempts',
   'leaseUntil',
-  'result',
-  'traceId',
+  'expiresAt',
+  'attempts',
   'createdAt',
   'updatedAt',
   'completedAt',
-  'expiresAt',
+  'fingerprint',
+  'traceId',
+  'result',
 ] as const;
 
-/** Fields that may be null; a null is sent as '' and left out of the hash. */
-const NULLABLE = new Set<string>(['leaseUntil', 'result', 'completedAt', 'expiresAt']);
+/** The version tag every record starts with; a string without it is not ours. */
+export const TAG = 'o1|';
 
-const lua = (list: readonly string[]) => `{${list.map((name) => `'${name}'`).join(', ')}}`;
-const nullable = FIELDS.flatMap((name, i) => (NULLABLE.has(name) ? [`[${i + 1}] = true`] : [])).join(', ');
-const at = (name: (typeof FIELDS)[number]) => FIELDS.indexOf(name) + 1;
+// One capture per field; '' is a null.
+const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' : '([^|]*)|')).join('')}$'`;
 
-// Shared by every script: the field list, and the expiry rule, so Redis drops a record exactly
-// when the engine would stop answering with it. An unknown record waits for a person and a null
-// expiresAt means permanent: neither may vanish. An in_progress record must outlive its lease even
-// when the TTL is shorter, or a live claim would disappear and a duplicate would run. Times are
-// the caller's epoch ms, passed to PEXPIREAT as the original strings (no Lua number formatting);
-// a time already past makes Redis delete the key at once, which is what an expired record means.
-// The callers know the record's final state, lease and expiry, so nothing is read back.
+// Shared by every script: the expiry rule, so Redis drops a record exactly when the engine would
+// stop answering with it. An unknown record waits for a person and an empty expiresAt means
+// permanent: neither may vanish (a SET without PXAT keeps no expiry). An in_progress record must
+// outlive its lease even when the TTL is shorter, or a live claim would disappear and a duplicate
+// would run. Times are the caller's epoch ms, passed to PXAT as the original strings (no Lua
+// number formatting); a time already past makes Redis drop the key at once, which is what an
+// expired record means. A value that is not an oncely record is left alone and reported.
 const PRELUDE = `
-local F = ${lua(FIELDS)}
-local NULLABLE = {${nullable}}
-local function expire(key, state, expires, lease)
-  if state == 'unknown' or not expires then
-    redis.call('PERSIST', key)
-    return
-  end
-  if state == 'in_progress' and lease and tonumber(lease) > tonumber(expires) then
-    expires = lease
-  end
-  redis.call('PEXPIREAT', key, expires)
+local function expiry(state, lease, expires)
+  if state == 'unknown' or expires == '' then return nil end
+  if state == 'in_progress' and lease ~= '' and tonumber(lease) > tonumber(expires) then return lease end
+  return expires
+end
+local function foreign(key)
+  return { err = 'the value at ' .. key .. ' is not an oncely record' }
 end
 `;
 
@@ -69,108 +63,80 @@ end
 // scripts are atomic but not rolled back), and retrying those keys would misreport them.
 
 /**
- * Insert if absent, for many records. KEYS the record keys; ARGV 14 values per key, in FIELDS
- * order, '' for a null. Answers per key: 1 when inserted, else the existing record's fields in
- * FIELDS order (nil when null), or an error. A key given twice is inserted by the first and
- * returned to the second, as two calls in that order would.
+ * Insert if absent, for many records. KEYS the record keys; ARGV one encoded record per key.
+ * Answers per key: 1 when inserted, else the existing record's string, or an error. A key given
+ * twice is inserted by the first and returned to the second, as two calls in that order would.
  */
 export const INSERT = script(`${PRELUDE}
-local out, set = {}, {}
+local out = {}
 for i = 1, #KEYS do
-  local key, base = KEYS[i], (i - 1) * ${FIELDS.length}
-  if redis.call('EXISTS', key) == 1 then
-    out[i] = redis.pcall('HMGET', key, unpack(F))
+  local value = ARGV[i]
+  local state, lease, expires = string.match(value, '^o1|([^|]*)|[^|]*|([^|]*)|([^|]*)|')
+  local at = expiry(state, lease, expires)
+  local old
+  if at then
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'PXAT', at, 'GET')
   else
-    -- One table for all keys, read up to n: a fresh one per key costs Redis ~0.7 µs more.
-    local n = 0
-    for j = 1, ${FIELDS.length} do
-      local value = ARGV[base + j]
-      if value ~= '' or not NULLABLE[j] then
-        set[n + 1] = F[j]
-        set[n + 2] = value
-        n = n + 2
-      end
-    end
-    local written = redis.pcall('HSET', key, unpack(set, 1, n))
-    if type(written) == 'table' then
-      out[i] = written
-    else
-      local expires, lease = ARGV[base + ${at('expiresAt')}], ARGV[base + ${at('leaseUntil')}]
-      expire(key, ARGV[base + ${at('state')}], expires ~= '' and expires, lease ~= '' and lease)
-      out[i] = 1
-    end
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
   end
+  if not old then out[i] = 1
+  elseif type(old) == 'string' and string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i])
+  else out[i] = old end
 end
 return out
 `);
 
 /**
- * Conditional writes, for many records. KEYS the record keys; per key, in ARGV:
- *   +1 expected fence;
- *   +2 lease check: '0' none, '1' lease must be absent (null), '2' lease must equal +3;
- *   +3 expected lease (when +2 is '2');
- *   +4 allowed states, each wrapped in commas: ',in_progress,released,';
- *   +5 s, the count of field/value items to set; +6 d, the count of fields to delete (null in the patch);
- *   then the s items, then the d fields.
+ * Conditional writes, for many records. KEYS the record keys; per key, two ARGV:
+ *   1. the expectation: fence, lease check ('0' none, '1' lease must be null, '2' lease must
+ *      equal the expected lease), expected lease, then '|' and the allowed states each followed
+ *      by '|', all joined by '|' (`3|0||in_progress|unknown|`);
+ *   2. the patch: a record in the stored layout where '~' keeps a field as it is.
  * Answers per key: 1 when the write applied, 0 when the record is missing or did not match, or an
  * error. Writes to one key are applied in order, each checked against the record the previous
  * one left: the same as separate calls in that order, so one batch may carry several per key.
  */
 export const UPDATE = script(`${PRELUDE}
-local function update(key, a)
-  local v = redis.pcall('HMGET', key, 'state', 'fence', 'leaseUntil', 'expiresAt')
-  if v.err then return v end
-  local state, fence, lease, expires = v[1], v[2], v[3], v[4]
-  if not state then return 0 end
-  if tonumber(fence) ~= tonumber(ARGV[a + 1]) then return 0 end
-  if not string.find(ARGV[a + 4], ',' .. state .. ',', 1, true) then return 0 end
-  local check = ARGV[a + 2]
-  if check == '1' and lease then return 0 end
-  if check == '2' and (not lease or tonumber(lease) ~= tonumber(ARGV[a + 3])) then return 0 end
-  local first, sets, dels = a + 7, tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  if sets > 0 then
-    local written = redis.pcall('HSET', key, unpack(ARGV, first, first + sets - 1))
-    if type(written) == 'table' then return written end
-    for j = first, first + sets - 1, 2 do
-      local field = ARGV[j]
-      if field == 'state' then state = ARGV[j + 1]
-      elseif field == 'leaseUntil' then lease = ARGV[j + 1]
-      elseif field == 'expiresAt' then expires = ARGV[j + 1] end
-    end
+local function update(key, expect, patch)
+  local value = redis.pcall('GET', key)
+  if not value then return 0 end
+  if type(value) == 'table' then return value end
+  local f = { string.match(value, ${PATTERN}) }
+  if #f ~= ${FIELDS.length} then return foreign(key) end
+  local fence, check, lease, states = string.match(expect, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  if tonumber(f[2]) ~= tonumber(fence) then return 0 end
+  if not string.find(states, '|' .. f[1] .. '|', 1, true) then return 0 end
+  if check == '1' and f[3] ~= '' then return 0 end
+  if check == '2' and (f[3] == '' or tonumber(f[3]) ~= tonumber(lease)) then return 0 end
+  local p = { string.match(patch, ${PATTERN}) }
+  for j = 1, ${FIELDS.length} do
+    if p[j] ~= '~' then f[j] = p[j] end
   end
-  if dels > 0 then
-    redis.call('HDEL', key, unpack(ARGV, first + sets, first + sets + dels - 1))
-    for j = first + sets, first + sets + dels - 1 do
-      local field = ARGV[j]
-      if field == 'state' then state = false
-      elseif field == 'leaseUntil' then lease = false
-      elseif field == 'expiresAt' then expires = false end
-    end
-  end
-  expire(key, state, expires, lease)
+  local at = expiry(f[1], f[3], f[4])
+  value = 'o1|' .. table.concat(f, '|')
+  if at then redis.call('SET', key, value, 'PXAT', at) else redis.call('SET', key, value) end
   return 1
 end
-local out, a = {}, 0
+local out = {}
 for i = 1, #KEYS do
-  out[i] = update(KEYS[i], a)
-  a = a + 6 + tonumber(ARGV[a + 5]) + tonumber(ARGV[a + 6])
+  out[i] = update(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
 end
 return out
 `);
 
 /**
  * Reads many records. KEYS the record keys. Answers per key: 0 when absent, else the record's
- * fields in FIELDS order (nil when null), or an error. A script rather than HMGETs because a Lua
- * table comes back as an array whatever the protocol (RESP2 or RESP3) of the caller's client.
+ * string, or an error. A script rather than MGET because MGET reads a key of another type as
+ * absent, and a foreign value must be reported, not overwritten by a later insert.
  */
 export const GET = script(`${PRELUDE}
 local out = {}
 for i = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    out[i] = redis.pcall('HMGET', KEYS[i], unpack(F))
-  else
-    out[i] = 0
-  end
+  local value = redis.pcall('GET', KEYS[i])
+  if not value then out[i] = 0
+  elseif type(value) == 'table' then out[i] = value
+  elseif string.sub(value, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i])
+  else out[i] = value end
 end
 return out
 `);

@@ -4,12 +4,12 @@ import type { RecordId, StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
 import {
   answers,
+  encodeExpect,
+  encodePatch,
+  encodeRecord,
   getAnswer,
   insertAnswer,
-  pushRecord,
-  pushUpdate,
   recordKey,
-  type UpdateItem,
   updateAnswer,
 } from './codec.js';
 import { GET, INSERT, type RedisScript, UPDATE } from './scripts.js';
@@ -48,7 +48,26 @@ interface OwnedClient extends RedisClientLike {
 const MAX_BATCH = 256;
 
 /**
- * A record store on Redis: each record is one hash, and Redis expires records itself. Concurrent
+ * Script runs of one kind in flight at once. More than one lets Node encode the next batch while
+ * Redis runs the last, so the two processes work side by side instead of taking turns.
+ */
+const MAX_IN_FLIGHT = 2;
+
+/** An insert waiting for its batch: the record, and its stored string. */
+interface Insert {
+  record: StoredRecord;
+  value: string;
+}
+
+/** A conditional write waiting for its batch, encoded as the UPDATE script reads it. */
+interface Update {
+  id: RecordId;
+  expect: string;
+  patch: string;
+}
+
+/**
+ * A record store on Redis: each record is one string, and Redis expires records itself. Concurrent
  * calls of one kind are coalesced into one atomic Lua script run (one EVALSHA per batch, sent at
  * once when none is in flight, so a lone call waits for nothing). It cannot join a caller's SQL
  * transaction. Not for Redis Cluster: a batch's script names the keys of many records, which
@@ -142,51 +161,58 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // One EVALSHA per batch: KEYS are the records' keys, ARGV their values, back to back.
   const command = (script: RedisScript, count: number): string[] => ['EVALSHA', script.sha, String(count)];
 
-  async function insertMany(records: StoredRecord[]): Promise<(InsertResult | Error)[]> {
-    const args = command(INSERT, records.length);
-    for (const r of records) args.push(recordKey(prefix, r));
-    for (const r of records) pushRecord(args, r);
-    const reply = answers(await send(INSERT, args), records.length);
+  // Records and patches are encoded by each caller before they join a batch, so a value the
+  // codec refuses fails its own call and never the batch it would have joined.
+  async function insertMany(items: Insert[]): Promise<(InsertResult | Error)[]> {
+    const args = command(INSERT, items.length);
+    for (const item of items) args.push(recordKey(prefix, item.record));
+    for (const item of items) args.push(item.value);
+    const reply = answers(await send(INSERT, args), items.length);
     const out: (InsertResult | Error)[] = [];
-    for (let i = 0; i < reply.length; i++) out.push(insertAnswer(reply[i], records[i] as StoredRecord));
+    for (let i = 0; i < reply.length; i++) out.push(insertAnswer(reply[i], (items[i] as Insert).record));
     return out;
   }
 
-  async function updateMany(items: UpdateItem[]): Promise<(boolean | Error)[]> {
+  async function updateMany(items: Update[]): Promise<(boolean | Error)[]> {
     const args = command(UPDATE, items.length);
     for (const item of items) args.push(recordKey(prefix, item.id));
-    for (const item of items) pushUpdate(args, item.expect, item.patch);
+    for (const item of items) args.push(item.expect, item.patch);
     return answers(await send(UPDATE, args), items.length).map(updateAnswer);
   }
 
   async function getMany(ids: RecordId[]): Promise<(StoredRecord | null | Error)[]> {
     const args = command(GET, ids.length);
     for (const id of ids) args.push(recordKey(prefix, id));
-    return answers(await send(GET, args), ids.length).map(getAnswer);
+    const reply = answers(await send(GET, args), ids.length);
+    const out: (StoredRecord | null | Error)[] = [];
+    for (let i = 0; i < reply.length; i++) out.push(getAnswer(reply[i], ids[i] as RecordId));
+    return out;
   }
 
   // No `distinct` for updates: the script applies one batch's writes in order, each checked
   // against the record the previous one left, exactly as separate calls in arrival order would
-  // run. (PostgreSQL needs it because one UPDATE statement cannot change a row twice.) Errors of
-  // one record come back as that record's answer (see scripts.ts), so a failed batch is a failed
+  // run; and batches in flight together run in the order they were sent, on one connection.
+  // (PostgreSQL needs it because one UPDATE statement cannot change a row twice.) Errors of one
+  // record come back as that record's answer (see scripts.ts), so a failed batch is a failed
   // command for all, never retried item by item: its earlier records may already be written.
-  const inserts = new Batcher(insertMany, { maxBatch: MAX_BATCH });
-  const updates = new Batcher(updateMany, { maxBatch: MAX_BATCH });
-  const reads = new Batcher(getMany, { maxBatch: MAX_BATCH });
+  const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT };
+  const inserts = new Batcher(insertMany, batching);
+  const updates = new Batcher(updateMany, batching);
+  const reads = new Batcher(getMany, batching);
 
   return {
     kind: 'redis',
 
     async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
       refuseTransaction(tx);
-      const answer = await inserts.push(record);
+      const answer = await inserts.push({ record, value: encodeRecord(record) });
       if (answer instanceof Error) throw answer;
       return answer;
     },
 
     async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
       refuseTransaction(tx);
-      const answer = await updates.push({ id, expect, patch });
+      const answer = await updates.push({ id, expect: encodeExpect(expect), patch: encodePatch(patch) });
       if (answer instanceof Error) throw answer;
       return answer;
     },
