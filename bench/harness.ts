@@ -15,14 +15,29 @@ export interface Timing {
   ops: number;
   ms: number;
   opsPerSec: number;
+  /** CPU of this process (user + system) per operation, µs. */
+  cpuUs: number;
+  /** CPU of the server per operation, µs, when the measurement could read it. */
+  serverCpuUs?: number;
 }
+
+/** Reads a server's cumulative CPU time in µs (Redis: INFO cpu). */
+export type ServerCpu = () => Promise<number>;
 
 /**
  * Runs `op` for keys `from`, `from + 1`, ... with `concurrency` async workers pulling from one
  * counter, until `n` operations or `maxMs` have passed. With `cycle`, key indexes wrap around
  * `from .. from + cycle - 1` (a replay of the keys a first run created).
  */
-export async function measure(op: Operation, budget: Budget, from: number, cycle?: number): Promise<Timing> {
+export async function measure(
+  op: Operation,
+  budget: Budget,
+  from: number,
+  cycle?: number,
+  serverCpu?: ServerCpu,
+): Promise<Timing> {
+  const serverBefore = await serverCpu?.();
+  const cpuBefore = process.cpuUsage();
   let next = 0;
   let done = 0;
   const start = performance.now();
@@ -36,7 +51,10 @@ export async function measure(op: Operation, budget: Budget, from: number, cycle
   };
   await Promise.all(Array.from({ length: budget.concurrency }, worker));
   const ms = performance.now() - start;
-  return { ops: done, ms, opsPerSec: (done * 1000) / ms };
+  const cpu = process.cpuUsage(cpuBefore);
+  const timing: Timing = { ops: done, ms, opsPerSec: (done * 1000) / ms, cpuUs: (cpu.user + cpu.system) / done };
+  if (serverCpu && serverBefore !== undefined) timing.serverCpuUs = ((await serverCpu()) - serverBefore) / done;
+  return timing;
 }
 
 /** Runs `count` operations untimed, so JIT, prepared statements and connection pools are warm. */

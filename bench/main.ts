@@ -27,6 +27,7 @@ import {
   formatOps,
   markdownTable,
   measure,
+  type ServerCpu,
   type Timing,
   warmUp,
 } from './harness.js';
@@ -34,7 +35,7 @@ import { type HttpResult, runHttp } from './http.js';
 import { httpReport } from './http-report.js';
 import { type MemoryResult, measureMemory } from './memory.js';
 import { powertoolsSubject } from './powertools.js';
-import { runId, scratchDir } from './setup.js';
+import { redisCpu, runId, scratchDir } from './setup.js';
 
 const CONCURRENCY = 32;
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
@@ -63,6 +64,8 @@ interface Plan {
   floor: () => Promise<Floor>;
   subjects: { name: string; open: () => Promise<Subject> }[];
   cleanup?: () => void;
+  /** The server's cumulative CPU µs, where it can be read (Redis). */
+  serverCpu?: ServerCpu;
 }
 
 /** Alternates floor, first runs and replays for ROUNDS rounds, so drift hits all alike; keeps the best. */
@@ -82,13 +85,13 @@ async function runPlan(plan: Plan): Promise<Result[]> {
     const replays = subjects.map(() => [] as Timing[]);
     let floorCursor = 0;
     for (let round = 0; round < ROUNDS; round++) {
-      const f = await measure(floor.op, b, floorCursor);
+      const f = await measure(floor.op, b, floorCursor, undefined, plan.serverCpu);
       floorCursor += f.ops;
       floors.push(f);
       log(`${plan.store} floor: ${formatOps(f.opsPerSec)} ops/s (${f.ops} ops)`);
       for (const [k, s] of subjects.entries()) {
-        const first = await measure(s.subject.first, b, s.cursor);
-        const replay = await measure(s.subject.replay, b, s.cursor, first.ops);
+        const first = await measure(s.subject.first, b, s.cursor, undefined, plan.serverCpu);
+        const replay = await measure(s.subject.replay, b, s.cursor, first.ops, plan.serverCpu);
         s.cursor += first.ops;
         firsts[k]?.push(first);
         replays[k]?.push(replay);
@@ -122,6 +125,7 @@ async function main(): Promise<void> {
 async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }> {
   const id = runId();
   const dir = scratchDir();
+  const redis = await redisCpu();
   const plans: Plan[] = [
     {
       store: 'sqlite',
@@ -143,6 +147,7 @@ async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }>
         { name: 'oncely redis', open: () => redisSubject(`oncely-bench:${id}:oncely:`) },
         { name: 'powertools redis', open: () => powertoolsSubject(`oncely-bench:${id}:powertools`) },
       ],
+      serverCpu: redis.read,
     },
   ];
   const results: Result[] = [];
@@ -156,6 +161,7 @@ async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }>
     }
   } finally {
     dir.remove();
+    await redis.close();
   }
   if (!memory) throw new Error('the memory measurement did not run');
   return { results, memory };
@@ -241,10 +247,25 @@ function engineReport(results: Result[], memory: MemoryResult): { lines: string[
     `first = new keys (claim, run, store the result); replay = the same keys again; floor = the two bare statements`,
     `(claim insert, result update) per operation through the same driver and settings. Ratios are of ops/s.`,
     '',
+    'CPU per operation, µs (this process + Redis), of the round kept; the process and Redis take turns',
+    'more than they overlap, so ops/s follows the sum:',
+    '',
+    cpuTable(results),
+    '',
     `memory (oncely sqlite): heap ${signed(memory.heapDeltaPer10kKeys / 1024)} KiB per 10,000 unique keys over` +
       ` ${memory.keys.toLocaleString('en-US')} keys (heap ${mib(memory.heapBefore)} -> ${mib(memory.heapAfter)} MiB; ${memory.gc})`,
   ];
   return { lines, checks };
+}
+
+/** Where each subject's CPU goes per operation: this process, and the server where it was read. */
+function cpuTable(results: Result[]): string {
+  const cell = (t: Timing | undefined) =>
+    t === undefined
+      ? '—'
+      : `${t.cpuUs.toFixed(1)}${t.serverCpuUs === undefined ? '' : ` + ${t.serverCpuUs.toFixed(1)}`}`;
+  const rows = results.map((r) => [r.store, cell(r.floor), cell(r.first), cell(r.replay)]);
+  return markdownTable(['subject', 'floor', 'first', 'replay'], rows);
 }
 
 const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(1)}`;

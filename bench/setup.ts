@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createClient } from 'redis';
 import { ownedClientOptions, recordKey as storeRecordKey } from '../src/redis/store.js';
 
 /** Where the services are; the environment overrides the local defaults. */
@@ -44,3 +45,21 @@ export async function dropSchema(db: { query(text: string): Promise<unknown> }, 
 
 // One way to clear a key prefix, shared with the tests.
 export { dropPrefix } from '../test/support/redis.js';
+
+/**
+ * Redis's own CPU time so far (user + system, µs, from INFO cpu), read on a client of its own so
+ * the reading does not queue behind the measured commands. `close` releases that client.
+ */
+export async function redisCpu(): Promise<{ read: () => Promise<number>; close: () => Promise<void> }> {
+  const client = createClient({ url: REDIS_URL });
+  client.on('error', () => {});
+  await client.connect();
+  return {
+    async read() {
+      const info = await client.info('cpu');
+      const seconds = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? Number.NaN);
+      return (seconds('used_cpu_user') + seconds('used_cpu_sys')) * 1e6;
+    },
+    close: () => client.close(),
+  };
+}
