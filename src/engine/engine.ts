@@ -76,6 +76,7 @@ export class Oncely {
   private readonly tenant: string;
   private readonly defaults: ActionOptions | undefined;
   private readonly resolvedDefaults: ResolvedOptions;
+  private lastOptions: { given: ActionOptions; resolved: ResolvedOptions } | undefined;
   private closed = false;
 
   constructor(options: OncelyOptions) {
@@ -88,10 +89,22 @@ export class Oncely {
 
   /** Runs `fn` once for (tenant, action, key); duplicates get the stored outcome with `replayed: true`. */
   run<T, I = unknown>(request: RunRequest<I>, fn: (ctx: RunContext) => Promise<T> | T): Promise<RunResult<T>> {
-    const options = OPTION_NAMES.some((name) => request[name] !== undefined)
-      ? resolveOptions(this.defaults, request)
-      : this.resolvedDefaults;
-    return this.runResolved(request, options, fn);
+    return this.runResolved(request, this.optionsOf(request), fn);
+  }
+
+  /**
+   * The options of one call. Callers that pass options mostly pass the same ones every time (the
+   * HTTP middleware does), so the last resolved set is kept with the values it came from.
+   */
+  private optionsOf(request: ActionOptions): ResolvedOptions {
+    if (OPTION_NAMES.every((name) => request[name] === undefined)) return this.resolvedDefaults;
+    const last = this.lastOptions;
+    if (last && OPTION_NAMES.every((name) => last.given[name] === request[name])) return last.resolved;
+    const resolved = resolveOptions(this.defaults, request);
+    const given: ActionOptions = {};
+    for (const name of OPTION_NAMES) given[name] = request[name] as never;
+    this.lastOptions = { given, resolved };
+    return resolved;
   }
 
   /**
@@ -204,7 +217,7 @@ export class Oncely {
     fn: (ctx: RunContext) => Promise<T> | T,
   ): Promise<RunResult<T>> {
     this.assertOpen();
-    const id = this.recordId(request.action, validateKey(request.key), request.tenant);
+    const id = this.recordId(request.action, request.key, request.tenant);
     const print = fingerprint(request.input);
     const { tx } = request;
     const deadline = options.waitMs > 0 ? Date.now() + options.waitMs : 0;

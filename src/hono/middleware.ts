@@ -41,7 +41,12 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
     }
     const captured = await capture(c.res, gate.maxBodyBytes);
     const sent = await start.run.finish(captured.response, captured.complete);
-    c.res = captured.complete ? toResponse(sent) : withHeaders(captured.passThrough, sent.headers);
+    const res = captured.complete ? toResponse(sent) : withHeaders(captured.passThrough, sent.headers);
+    // Hono's setter copies the handler's headers onto `res` (rebuilding it as a stream), but `res`
+    // carries them already: all but repeated cookies and a handler's own expiry, which the copy restores.
+    const own = c.res.headers;
+    if (!own.has('set-cookie') && !own.has('idempotency-expires')) c.res = undefined;
+    c.res = res;
   };
 }
 
@@ -88,13 +93,24 @@ async function capture(
 }
 
 function toResponse(response: HttpResponse): Response {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(response.headers))
-    for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
   return new Response(
     response.status === 204 || response.status === 304 ? null : (response.body as Uint8Array<ArrayBuffer>),
-    { status: response.status, headers },
+    { status: response.status, headers: headersInit(response.headers) },
   );
+}
+
+/**
+ * A plain record when every header is single and a content type is set: @hono/node-server then
+ * writes it as is. Otherwise Headers, which repeat a header and get node-server's default type.
+ */
+function headersInit(headers: HttpResponse['headers']): HeadersInit {
+  let plain = headers['content-type'] !== undefined;
+  for (const name in headers) if (Array.isArray(headers[name])) plain = false;
+  if (plain) return headers as Record<string, string>;
+  const init = new Headers();
+  for (const [name, value] of Object.entries(headers))
+    for (const v of Array.isArray(value) ? value : [value]) init.append(name, v);
+  return init;
 }
 
 function withHeaders(res: Response, headers: HttpResponse['headers']): Response {

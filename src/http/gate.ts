@@ -1,12 +1,14 @@
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
-import type { PublicRecord } from '../core/record.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunResult } from '../engine/engine.js';
+import { Claimed, type Execution, type KeepPolicy } from './execution.js';
 import { readKeyHeader } from './header.js';
 import { problemFor } from './problem.js';
-import { decodeResponse, encodeResponse, type HttpResponse, type StoredResponse } from './response.js';
+import { decodeResponse, type HttpResponse, type StoredResponse, withExpiry } from './response.js';
+
+export type { Execution } from './execution.js';
 
 /**
  * Options shared by `oncely/express`, `oncely/fastify` and `oncely/hono`; `Req` is the framework's
@@ -58,25 +60,6 @@ export type GateStart =
   | { kind: 'respond'; response: HttpResponse }
   | { kind: 'execute'; run: Execution };
 
-/** A claimed request: report its response (or its abandonment) so the record is written. */
-export interface Execution {
-  /** The engine's context of the claim: key, stable ids, trace and request ids. */
-  readonly context: RunContext;
-  /**
-   * Stores (or releases) the captured response and returns the response to send. `complete` is
-   * false when the body was streamed or cut at maxBodyBytes, which is never stored half.
-   */
-  finish(response: HttpResponse, complete: boolean): Promise<HttpResponse>;
-  /** The handler threw, or will never answer: release the key for a retry. */
-  abandon(reason: unknown): Promise<void>;
-  /**
-   * The client disconnected before the handler answered. The handler usually still answers, and
-   * that answer is stored, so the client's retry gets what it missed instead of a second
-   * execution; a handler that has not answered within one lease is abandoned.
-   */
-  clientLeft(): void;
-}
-
 const DEFAULT_METHODS = ['POST', 'PATCH'];
 const DEFAULT_HEADERS = ['content-type', 'location'];
 const DEFAULT_MAX_BODY = 1024 * 1024;
@@ -86,25 +69,22 @@ const storedByDefault = (status: number) => status >= 200 && status < 500 && !(s
 /** Only the marker of an unstorable response is kept as a failure; every other failure releases the key. */
 const storesNotStored = (error: unknown) => error instanceof OncelyError && error.code === 'RESPONSE_NOT_STORED';
 
-/** Marks a captured response the policy does not keep: the engine then releases the key. */
-class NotKept extends Error {}
-
 /** The framework-free half of every adapter: one decision per request, the same on every framework. */
 export class IdempotencyGate<Req> {
   readonly maxBodyBytes: number;
-  private readonly graceMs: number;
   private readonly methods: Set<string>;
-  private readonly keep: string[];
-  private readonly stores: (status: number) => boolean;
+  private readonly policy: KeepPolicy;
 
   constructor(private readonly options: IdempotencyOptions<Req>) {
     if (!options?.once)
       throw new OncelyError('INVALID_ARGUMENT', 'idempotency() needs { once }: the engine from createOncely()');
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
-    this.keep = (options.replayHeaders ?? DEFAULT_HEADERS).map((h) => h.toLowerCase());
-    this.stores = options.store ?? storedByDefault;
+    this.policy = {
+      stores: options.store ?? storedByDefault,
+      keep: (options.replayHeaders ?? DEFAULT_HEADERS).map((h) => h.toLowerCase()),
+      graceMs: toMs(options.lease ?? DEFAULT_GRACE, 'lease'),
+    };
     this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
-    this.graceMs = toMs(options.lease ?? DEFAULT_GRACE, 'lease');
   }
 
   /** True when the method is covered; adapters skip all work for the rest. */
@@ -137,91 +117,49 @@ export class IdempotencyGate<Req> {
       typeof fingerprint === 'function'
         ? fingerprint(req)
         : { method, action, body: fingerprint ? pick(facts.body, fingerprint) : facts.body };
-    return this.claim({ action, key, tenant, input, tx: join.tx });
+    return this.claim(action, key, input, tenant, join.tx);
   }
 
-  private async claim(request: {
-    tx: unknown;
-    action: string;
-    key: string;
-    tenant: string | undefined;
-    input: unknown;
-  }): Promise<GateStart> {
-    const { ttl, lease, wait } = this.options;
-    let claimed!: () => void;
-    const claim = new Promise<'claimed'>((resolve) => {
-      claimed = () => resolve('claimed');
-    });
-    let settle!: { resolve: (r: StoredResponse) => void; reject: (e: unknown) => void };
-    const outcome = new Promise<StoredResponse>((resolve, reject) => {
-      settle = { resolve, reject };
-    });
-    const run = this.options.once
-      .run<StoredResponse>(
-        {
-          action: request.action,
-          key: request.key,
-          tenant: request.tenant,
-          input: request.input,
-          tx: request.tx,
-          ttl,
-          lease,
-          wait,
-          onError: storesNotStored,
+  /** Claims the key and answers as soon as the engine decides: execute, replay, or a refusal's problem. */
+  private claim(
+    action: string,
+    key: string,
+    input: unknown,
+    tenant: string | undefined,
+    tx: unknown,
+  ): Promise<GateStart> {
+    return new Promise<GateStart>((resolve, reject) => {
+      let execution: Claimed | undefined;
+      // Called once the claim is written, so after `settled` below is set.
+      const start = (ctx: RunContext): Promise<StoredResponse> => {
+        execution = new Claimed(ctx, settled, this.policy);
+        resolve({ kind: 'execute', run: execution });
+        return execution.outcome;
+      };
+      // The same option values on every request: the engine resolves them once and reuses them.
+      const { once, ttl, lease, wait } = this.options;
+      const request = { action, key, tenant, input, tx, ttl, lease, wait, onError: storesNotStored };
+      // Settles after the claimed handler's outcome too; only a run that never claimed answers here.
+      const settled: Promise<RunResult<StoredResponse> | undefined> = once.run(request, start).then(
+        (result) => {
+          if (execution === undefined) {
+            try {
+              resolve({ kind: 'respond', response: replayed(result) });
+            } catch (error) {
+              reject(error);
+            }
+          }
+          return result;
         },
-        (ctx) => {
-          context = ctx;
-          claimed();
-          return outcome;
+        (error: unknown) => {
+          if (execution === undefined) {
+            if (error instanceof OncelyError) resolve({ kind: 'respond', response: problemFor(error) });
+            else reject(error);
+          }
+          return undefined;
         },
-      )
-      .then(
-        (result) => ({ result }),
-        (error: unknown) => ({ error }),
       );
-    let context!: RunContext;
-    let done = false;
-    let timer: NodeJS.Timeout | undefined;
-    // True the first time only: an outcome is reported once, whichever of finish, abandon or the timer comes first.
-    const settled = () => {
-      if (done) return false;
-      done = true;
-      clearTimeout(timer);
-      return true;
-    };
-    const first = await Promise.race([claim, run]);
-    if (first !== 'claimed') {
-      if ('result' in first) return { kind: 'respond', response: replayed(first.result) };
-      if (first.error instanceof OncelyError) return { kind: 'respond', response: problemFor(first.error) };
-      throw first.error;
-    }
-    return {
-      kind: 'execute',
-      run: {
-        context,
-        finish: async (response, complete) => {
-          if (!settled()) return response;
-          if (!complete)
-            settle.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
-          else if (!this.stores(response.status)) settle.reject(new NotKept());
-          else settle.resolve(encodeResponse(response, this.keep));
-          const done = await run;
-          // Whatever happened to the record (released, lease lost, store down), this client gets its handler's response.
-          return 'result' in done ? withExpiry(response, done.result.record) : response;
-        },
-        abandon: async (reason) => {
-          if (settled()) settle.reject(reason instanceof Error ? reason : new NotKept());
-          await run;
-        },
-        clientLeft: () => {
-          if (done || timer) return;
-          timer = setTimeout(() => {
-            if (settled()) settle.reject(new Error('the client left and the handler never answered'));
-          }, this.graceMs);
-          timer.unref();
-        },
-      },
-    };
+    });
   }
 }
 
@@ -229,12 +167,6 @@ export class IdempotencyGate<Req> {
 function replayed(result: RunResult<StoredResponse>): HttpResponse {
   const response = withExpiry(decodeResponse(result.value), result.record);
   response.headers['idempotent-replayed'] = 'true';
-  return response;
-}
-
-/** Tells the client until when the key replays this response (nothing for permanent keys). */
-function withExpiry(response: HttpResponse, record: PublicRecord): HttpResponse {
-  if (record.expiresAt !== null) response.headers['idempotency-expires'] = new Date(record.expiresAt).toUTCString();
   return response;
 }
 

@@ -1,3 +1,5 @@
+import type { PublicRecord } from '../core/record.js';
+
 /** A response as the middleware captures, stores and replays it. */
 export interface HttpResponse {
   status: number;
@@ -20,7 +22,9 @@ export function encodeResponse(response: HttpResponse, keep: readonly string[]):
     const value = response.headers[name];
     if (value !== undefined) headers[name] = value;
   }
-  return { status: response.status, headers, body: Buffer.from(response.body).toString('base64') };
+  // A view of the bytes, not a copy (Buffer.from of a Uint8Array copies it).
+  const body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
+  return { status: response.status, headers, body: body.toString('base64') };
 }
 
 /** The response a replay sends. */
@@ -36,4 +40,24 @@ export function normalizeHeaders(headers: Record<string, unknown>): Record<strin
     out[name.toLowerCase()] = Array.isArray(value) ? value.map(String) : String(value);
   }
   return out;
+}
+
+/** Tells the client until when the key replays this response (nothing for permanent keys). */
+export function withExpiry(response: HttpResponse, record: PublicRecord): HttpResponse {
+  if (record.expiresAt !== null) response.headers['idempotency-expires'] = httpDate(record.expiresAt);
+  return response;
+}
+
+// The last date formatted: a burst of keys stored within one second share their expiry's text.
+let lastSecond = Number.NaN;
+let lastText = '';
+
+/** An HTTP date (IMF-fixdate), to the second. */
+function httpDate(ms: number): string {
+  const second = Math.floor(ms / 1000);
+  if (second !== lastSecond) {
+    lastText = new Date(ms).toUTCString();
+    lastSecond = second;
+  }
+  return lastText;
 }

@@ -219,6 +219,17 @@ export function describeHttpSuite(framework: string, harness: HttpHarness): void
           expect((await post(app, '/orders', key, { item: 'x', amount: 1 })).status).toBe(201);
         });
 
+        it('answers an action the engine refuses with 400 INVALID_ARGUMENT on every request, never running the handler', async () => {
+          const app = await start({ action: () => ' ' });
+          const key = fresh('action');
+          for (let i = 0; i < 2; i++) {
+            const refused = await post(app, '/orders', `"${key}"`, { item: 'tea', amount: 3 });
+            expect(refused.status).toBe(400);
+            expect(JSON.parse(refused.body)).toMatchObject({ code: 'INVALID_ARGUMENT' });
+          }
+          expect(app.calls.get(`/orders "${key}"`)).toBeUndefined();
+        });
+
         it('passes GET through untouched, covers PATCH, and lets keyless requests through when not required', async () => {
           const app = await start();
           const got = await app.request({ method: 'GET', path: '/orders/o5' });

@@ -1,0 +1,92 @@
+import { OncelyError } from '../core/errors.js';
+import type { RunContext } from '../engine/context.js';
+import type { RunResult } from '../engine/engine.js';
+import { encodeResponse, type HttpResponse, type StoredResponse, withExpiry } from './response.js';
+
+/** A claimed request: report its response (or its abandonment) so the record is written. */
+export interface Execution {
+  /** The engine's context of the claim: key, stable ids, trace and request ids. */
+  readonly context: RunContext;
+  /**
+   * Stores (or releases) the captured response and returns the response to send. `complete` is
+   * false when the body was streamed or cut at maxBodyBytes, which is never stored half.
+   */
+  finish(response: HttpResponse, complete: boolean): Promise<HttpResponse>;
+  /** The handler threw, or will never answer: release the key for a retry. */
+  abandon(reason: unknown): Promise<void>;
+  /**
+   * The client disconnected before the handler answered. The handler usually still answers, and
+   * that answer is stored, so the client's retry gets what it missed instead of a second
+   * execution; a handler that has not answered within one lease is abandoned.
+   */
+  clientLeft(): void;
+}
+
+/** What a gate keeps of a handler's response, fixed when the gate is made. */
+export interface KeepPolicy {
+  /** Which statuses are stored and replayed; the others release the key. */
+  stores: (status: number) => boolean;
+  /** Response headers stored beside status and body. */
+  keep: readonly string[];
+  /** How long a handler whose client left may still answer. */
+  graceMs: number;
+}
+
+/** Marks a captured response the policy does not keep: the engine then releases the key. */
+export class NotKept extends Error {}
+
+/**
+ * The engine's run of one claimed request, waiting for its handler's response. A class rather
+ * than closures: one is made per executed request.
+ */
+export class Claimed implements Execution {
+  /** What the engine stores: settled by finish, abandon or the client-left timer, whichever comes first. */
+  readonly outcome: Promise<StoredResponse>;
+  private resolve!: (stored: StoredResponse) => void;
+  private reject!: (reason: unknown) => void;
+  private reported = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  /** `run` is the engine's run, settled: its result, or undefined when it failed. */
+  constructor(
+    readonly context: RunContext,
+    private readonly run: Promise<RunResult<StoredResponse> | undefined>,
+    private readonly policy: KeepPolicy,
+  ) {
+    this.outcome = new Promise<StoredResponse>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  async finish(response: HttpResponse, complete: boolean): Promise<HttpResponse> {
+    if (!this.report()) return response;
+    if (!complete) this.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
+    else if (!this.policy.stores(response.status)) this.reject(new NotKept());
+    else this.resolve(encodeResponse(response, this.policy.keep));
+    const done = await this.run;
+    // Whatever happened to the record (released, lease lost, store down), this client gets its handler's response.
+    return done === undefined ? response : withExpiry(response, done.record);
+  }
+
+  async abandon(reason: unknown): Promise<void> {
+    if (this.report()) this.reject(reason instanceof Error ? reason : new NotKept());
+    await this.run;
+  }
+
+  clientLeft(): void {
+    if (this.reported || this.timer) return;
+    this.timer = setTimeout(() => {
+      if (this.report()) this.reject(new Error('the client left and the handler never answered'));
+    }, this.policy.graceMs);
+    this.timer.unref();
+  }
+
+  /** True the first time only: an outcome is reported once, whichever of finish, abandon or the timer comes first. */
+  private report(): boolean {
+    if (this.reported) return false;
+    this.reported = true;
+    clearTimeout(this.timer);
+    return true;
+  }
+}
