@@ -34,19 +34,23 @@ export function httpReport(results: HttpResult[]): HttpReport {
       formatOps(r.engine.opsPerSec),
       formatCheck(uniqueEngine),
       formatCheck(replayBare),
+      formatOps(r.cached.reqPerSec),
+      `${(r.cached.reqPerSec / r.bare.reqPerSec).toFixed(2)}x`,
     ];
   });
   const header = ['framework', 'store', 'bare req/s', 'unique req/s', 'replay req/s', 'engine ops/s'];
-  const table = markdownTable([...header, 'unique/engine', 'replay/bare'], rows);
+  const table = markdownTable([...header, 'unique/engine', 'replay/bare', 'cached replay req/s', 'cached/bare'], rows);
   const cpuRows = results.map((r) => {
     const us = (x: number | undefined) => (x === undefined ? '—' : x.toFixed(0));
     const own = (r.unique.serverCpu ?? Number.NaN) - (r.bare.serverCpu ?? Number.NaN) - r.engine.serverCpu;
     return [r.framework, r.store, us(r.bare.serverCpu), us(r.unique.serverCpu), us(r.replay.serverCpu)].concat([
+      us(r.cached.serverCpu),
       us(r.engine.serverCpu),
       us(own),
     ]);
   });
-  const cpuHeader = ['framework', 'store', 'bare', 'unique', 'replay', 'engine run', 'unique − bare − engine'];
+  const cpuHeader = ['framework', 'store', 'bare', 'unique', 'replay', 'cached replay', 'engine run'];
+  cpuHeader.push('unique − bare − engine');
   const lines = [
     `HTTP: POST /orders, autocannon ${CONNECTIONS} connections, pipelining 1, best of ${ROUNDS} rounds of ${SECONDS} s` +
       ` per measurement after ${WARMUP_SECONDS} s warm-ups`,
@@ -58,7 +62,8 @@ export function httpReport(results: HttpResult[]): HttpReport {
     markdownTable(cpuHeader, cpuRows),
     '',
     `bare = the same route and handler without the middleware; unique = a new Idempotency-Key per request;`,
-    `replay = keys answered before; engine = once.run in the same server process, same engine and store,`,
+    `replay = keys answered before; cached replay = the same, through an engine with replayCache (answered`,
+    `from memory, no store read; off by default); engine = once.run in the same server process, same engine and store,`,
     `${CONNECTIONS} concurrent, the input and 201 response the middleware stores, no HTTP. The server is a child`,
     `process (node --import tsx), one per framework and store (fresh SQLite file, fresh PostgreSQL schema);`,
     `autocannon runs in the bench process. Server and load generator share the same ${cores} cores in every`,

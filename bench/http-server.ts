@@ -4,9 +4,10 @@
  * the load generator never shares an event loop with the server. It opens one engine on the store,
  * serves the bare app and the middleware app from it on two ports, and on request measures the
  * engine's own `once.run` in this same process, on the same engine and store, at the same
- * concurrency, with the input and stored value the middleware would use for `POST /orders`.
+ * concurrency, with the input and stored value the middleware would use for `POST /orders`. A
+ * third port serves the middleware on an engine with `replayCache`, over the same records.
  *
- * Protocol (IPC): sends { ready, bare, guarded } once listening; answers
+ * Protocol (IPC): sends { ready, bare, guarded, cached } once listening; answers
  * { engine: { warmup, maxMs, concurrency } } with { engine: Timing, cpu }, { cpu } with the CPU
  * time this process has used (user + system, µs); { close } closes and exits.
  */
@@ -25,7 +26,7 @@ export type ServerCommand =
   | { close: true };
 /** Messages to bench/http.ts. */
 export type ServerReply =
-  | { ready: true; bare: number; guarded: number }
+  | { ready: true; bare: number; guarded: number; cached: number }
   | { engine: Timing; cpu: number }
   | { cpu: number }
   | { error: string };
@@ -37,6 +38,9 @@ function cpuNow(): number {
 }
 
 const send = (message: ServerReply) => process.send?.(message);
+
+/** Records the cached engine keeps: more than a run answers, so every replay can be a hit. */
+const REPLAY_CACHE = 1_000_000;
 
 // The URL comes from the parent rather than bench/setup.ts, which imports every store (Redis too):
 // the server loads only the store it serves.
@@ -73,9 +77,12 @@ async function main(): Promise<void> {
   if (!FRAMEWORKS.includes(framework as Framework) || !kind || !where)
     throw new Error('usage: http-server.ts <express|fastify|hono> <sqlite|postgres> <file|schema> [url]');
   const once = await createOncely({ store: openStore(kind, where, url) });
+  // The same records through an engine with a replay cache large enough for every key of the run.
+  const cachedOnce = await createOncely({ store: openStore(kind, where, url), replayCache: REPLAY_CACHE });
   const apps: RunningApp[] = [
     await startApp(framework as Framework, undefined),
     await startApp(framework as Framework, once),
+    await startApp(framework as Framework, cachedOnce),
   ];
   const op = engineOp(once);
   let cursor = 0;
@@ -83,7 +90,7 @@ async function main(): Promise<void> {
     if ('close' in command) {
       // Servers first, so no request is in flight when the engine (and the SQLite file) closes.
       Promise.all(apps.map((a) => a.close()))
-        .then(() => once.close())
+        .then(() => Promise.all([once.close(), cachedOnce.close()]))
         .then(
           () => process.exit(0),
           () => process.exit(1),
@@ -107,7 +114,7 @@ async function main(): Promise<void> {
   });
   // A bench that died without closing us leaves no server behind.
   process.on('disconnect', () => process.exit(1));
-  send({ ready: true, bare: apps[0]?.port ?? 0, guarded: apps[1]?.port ?? 0 });
+  send({ ready: true, bare: apps[0]?.port ?? 0, guarded: apps[1]?.port ?? 0, cached: apps[2]?.port ?? 0 });
 }
 
 main().catch((error: unknown) => {

@@ -12,6 +12,7 @@ import { fingerprint } from '../core/fingerprint.js';
 import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
 import { decide, type PublicRecord, publicRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import type { RecordPatch, RecordStore } from '../store.js';
+import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
 import { LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
@@ -25,6 +26,12 @@ export interface OncelyOptions {
   tenant?: string;
   /** Options applied to every action unless `wrap` or `run` override them. */
   defaults?: ActionOptions;
+  /**
+   * Keep this many finished records in this process and answer their duplicates from memory,
+   * without a store read. Off by default: a record deleted from the store by hand would still
+   * be replayed here until it expires. Calls inside a caller's transaction never use it.
+   */
+  replayCache?: number;
 }
 
 /** One business intent to run once. */
@@ -77,6 +84,7 @@ export class Oncely {
   private readonly defaults: ActionOptions | undefined;
   private readonly resolvedDefaults: ResolvedOptions;
   private lastOptions: { given: ActionOptions; resolved: ResolvedOptions } | undefined;
+  private readonly cache: ReplayCache | undefined;
   private closed = false;
 
   constructor(options: OncelyOptions) {
@@ -85,6 +93,10 @@ export class Oncely {
     this.tenant = validateName(options.tenant ?? 'default', 'tenant');
     this.defaults = options.defaults;
     this.resolvedDefaults = resolveOptions(options.defaults);
+    const { replayCache } = options;
+    if (replayCache !== undefined && (!Number.isInteger(replayCache) || replayCache < 0))
+      throw new InvalidArgumentError('replayCache must be a whole number of records (0 for none)');
+    this.cache = replayCache ? new ReplayCache(replayCache) : undefined;
   }
 
   /** Runs `fn` once for (tenant, action, key); duplicates get the stored outcome with `replayed: true`. */
@@ -220,6 +232,13 @@ export class Oncely {
     const id = this.recordId(request.action, request.key, request.tenant);
     const print = fingerprint(request.input);
     const { tx } = request;
+    // Inside a caller's transaction a record may yet roll back: it is neither cached nor answered from the cache.
+    const cache = tx === undefined ? this.cache : undefined;
+    const hit = cache?.get(id, Date.now());
+    if (hit) {
+      if (hit.record.fingerprint !== print) throw new KeyReusedError({ ...hit.record });
+      return this.replay({ ...hit.record }, hit.result);
+    }
     const deadline = options.waitMs > 0 ? Date.now() + options.waitMs : 0;
     let poll = WAIT_POLL_MIN_MS;
     for (;;) {
@@ -248,8 +267,11 @@ export class Oncely {
       const decision = decide(record, print, options.onLeaseExpired, now);
       const seen = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
       switch (decision.kind) {
-        case 'replay':
-          return this.replay(record);
+        case 'replay': {
+          const pub = publicRecord(record);
+          cache?.set(pub, record.result);
+          return this.replay({ ...pub }, record.result);
+        }
         case 'key_reused':
           throw new KeyReusedError(publicRecord(record));
         case 'unknown':
@@ -339,12 +361,13 @@ export class Oncely {
     const holder = { fence: record.fence, states: ['in_progress', 'unknown'] as const };
     if (!(await this.call(() => this.store.update(record, holder, patch, tx))))
       throw new LeaseLostError(record.key, record.action);
+    if (tx === undefined) this.cache?.set(publicRecord(record, patch), patch.result ?? null);
   }
 
-  private replay<T>(record: StoredRecord): RunResult<T> {
-    const pub = publicRecord(record);
-    if (record.state === 'failed') throw decodeError(record.result, pub);
-    return { value: decodeValue<T>(record.result), replayed: true, record: pub };
+  /** The stored outcome, as a duplicate gets it; `record` becomes the caller's. */
+  private replay<T>(record: PublicRecord, result: string | null): RunResult<T> {
+    if (record.state === 'failed') throw decodeError(result, record);
+    return { value: decodeValue<T>(result), replayed: true, record };
   }
 
   private recordId(action: string, key: string, tenant: string | undefined): RecordId {

@@ -1,0 +1,44 @@
+import type { PublicRecord, RecordId } from '../core/record.js';
+
+/** A finished record as a replay needs it: what callers see, and the stored outcome. */
+interface Finished {
+  record: PublicRecord;
+  result: string;
+}
+
+/**
+ * Recently finished records of this process, so a duplicate is answered without a store read.
+ * Safe because a succeeded or failed record never changes until it expires: no engine path
+ * writes to one, and purges only take expired ones. What it cannot see is a record deleted by
+ * hand, which is why it is off unless asked for. Bounded: the least recently used entry goes
+ * first, so memory stays at `max` entries whatever the number of keys.
+ */
+export class ReplayCache {
+  // A Map iterates in insertion order; a hit is moved to the end, so the first key is the oldest.
+  private readonly entries = new Map<string, Finished>();
+
+  constructor(private readonly max: number) {}
+
+  /** The finished record of `id` while it still answers replays at `now`. */
+  get(id: RecordId, now: number): Finished | undefined {
+    const name = nameOf(id);
+    const hit = this.entries.get(name);
+    if (hit === undefined) return undefined;
+    this.entries.delete(name);
+    if (hit.record.expiresAt !== null && hit.record.expiresAt <= now) return undefined;
+    this.entries.set(name, hit);
+    return hit;
+  }
+
+  /** Remembers a record the store holds as succeeded or failed; anything else is not final. */
+  set(record: PublicRecord, result: string | null): void {
+    if (result === null || (record.state !== 'succeeded' && record.state !== 'failed')) return;
+    const name = nameOf(record);
+    this.entries.delete(name);
+    this.entries.set(name, { record, result });
+    if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value as string);
+  }
+}
+
+// Lengths first, so a tenant or action containing the separator cannot make two ids one name.
+const nameOf = (id: RecordId): string => `${id.tenant.length}:${id.action.length}:${id.tenant}:${id.action}:${id.key}`;
