@@ -35,6 +35,11 @@ export const FIELDS = [
 /** The version tag every record starts with; a string without it is not ours. */
 export const TAG = 'o1|';
 
+// The UPDATE script's Lua locals: each field under its own name, and the patch's as `p_<name>`.
+// Locals rather than tables: one string.match fills them with no table built, and one
+// concatenation joins them again (about 1 µs less per write).
+const PATCHED = FIELDS.map((name) => `p_${name}`);
+
 // One capture per field; '' is a null.
 const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' : '([^|]*)|')).join('')}$'`;
 
@@ -101,19 +106,17 @@ local function update(key, expect, patch)
   local value = redis.pcall('GET', key)
   if not value then return 0 end
   if type(value) == 'table' then return value end
-  local f = { string.match(value, ${PATTERN}) }
-  if #f ~= ${FIELDS.length} then return foreign(key) end
-  local fence, check, lease, states = string.match(expect, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if tonumber(f[2]) ~= tonumber(fence) then return 0 end
-  if not string.find(states, '|' .. f[1] .. '|', 1, true) then return 0 end
-  if check == '1' and f[3] ~= '' then return 0 end
-  if check == '2' and (f[3] == '' or tonumber(f[3]) ~= tonumber(lease)) then return 0 end
-  local p = { string.match(patch, ${PATTERN}) }
-  for j = 1, ${FIELDS.length} do
-    if p[j] ~= '~' then f[j] = p[j] end
-  end
-  local at = expiry(f[1], f[3], f[4])
-  value = 'o1|' .. table.concat(f, '|')
+  local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
+  if not state then return foreign(key) end
+  local e_fence, e_check, e_lease, e_states = string.match(expect, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  if tonumber(fence) ~= tonumber(e_fence) then return 0 end
+  if not string.find(e_states, '|' .. state .. '|', 1, true) then return 0 end
+  if e_check == '1' and leaseUntil ~= '' then return 0 end
+  if e_check == '2' and (leaseUntil == '' or tonumber(leaseUntil) ~= tonumber(e_lease)) then return 0 end
+  local ${PATCHED.join(', ')} = string.match(patch, ${PATTERN})
+${FIELDS.map((name, i) => `  if ${PATCHED[i]} ~= '~' then ${name} = ${PATCHED[i]} end`).join('\n')}
+  local at = expiry(state, leaseUntil, expiresAt)
+  value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
   if at then redis.call('SET', key, value, 'PXAT', at) else redis.call('SET', key, value) end
   return 1
 end
