@@ -1,4 +1,3 @@
-import { fingerprint } from '../core/fingerprint.js';
 import type { Db } from '../db/types.js';
 
 /** Where an approval stands. `expired` is recorded when someone acts on it too late. */
@@ -35,11 +34,6 @@ interface Row {
   decided_by: string | null;
   decided_at: number | string | null;
   reason: string | null;
-}
-
-/** SHA-256 of the canonical JSON of what a person is shown. */
-export function contentHash(preview: unknown): string {
-  return fingerprint(preview);
 }
 
 function fromRow(row: Row): Approval {

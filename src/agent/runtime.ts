@@ -1,19 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { type Duration, toMs } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { fingerprint } from '../core/fingerprint.js';
 import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import type { Db } from '../db/types.js';
 import type { Oncely } from '../engine/engine.js';
-import {
-  type Approval,
-  contentHash,
-  decide,
-  expireIfDue,
-  getApproval,
-  listApprovals,
-  requestApproval,
-} from './approvals.js';
+import { type Approval, decide, expireIfDue, getApproval, listApprovals, requestApproval } from './approvals.js';
 import { Credits } from './credits.js';
 import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.js';
 import { migrateAgentTables } from './tables.js';
@@ -103,7 +96,7 @@ export class AgentRuntime {
         tenant,
         tool: tool.name,
         idempotencyKey: key,
-        contentHash: contentHash(preview),
+        contentHash: fingerprint(preview),
         input,
         preview,
         requestedAt: now,
@@ -112,7 +105,7 @@ export class AgentRuntime {
       // A pending approval past its time can never be approved: record the expiry rather than say "wait".
       if (approval.status === 'pending' && approval.expiresAt <= now)
         approval = (await expireIfDue(this.options.db, approval.id, now)) ?? approval;
-      if (approval.contentHash !== contentHash(preview))
+      if (approval.contentHash !== fingerprint(preview))
         return withApproval(
           failed(
             requestId,

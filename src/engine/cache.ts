@@ -35,7 +35,8 @@ export class ReplayCache {
     if (result === null || (record.state !== 'succeeded' && record.state !== 'failed')) return;
     const name = nameOf(record);
     this.entries.delete(name);
-    this.entries.set(name, { record, result });
+    // A copy: the caller hands `record` on to its own caller, who may change it.
+    this.entries.set(name, { record: { ...record }, result });
     if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value as string);
   }
 }

@@ -270,7 +270,7 @@ export class Oncely {
         case 'replay': {
           const pub = publicRecord(record);
           cache?.set(pub, record.result);
-          return this.replay({ ...pub }, record.result);
+          return this.replay(pub, record.result);
         }
         case 'key_reused':
           throw new KeyReusedError(publicRecord(record));
