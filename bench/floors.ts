@@ -6,7 +6,15 @@ import { createClient } from 'redis';
 import { MIGRATIONS as PG_MIGRATIONS, names as pgNames } from '../src/postgres/sql.js';
 import { MIGRATIONS as SQLITE_MIGRATIONS } from '../src/sqlite/sql.js';
 import type { Operation } from './harness.js';
-import { dropPrefix, dropSchema, PG_POOL_MAX, PG_URL, REDIS_CLIENT_OPTIONS, recordKey } from './setup.js';
+import {
+  dropPrefix,
+  dropSchema,
+  NODE_REDIS_OPTIONS,
+  PG_POOL_MAX,
+  PG_URL,
+  recordKey,
+  storeDriverClient,
+} from './setup.js';
 
 /**
  * A floor: the two bare statements one first execution needs, run one after the other per
@@ -113,19 +121,43 @@ export async function postgresFloor(schema: string): Promise<Floor> {
   };
 }
 
+/** Sends one raw command through a Redis client. */
+type Send = (command: string, args: string[]) => Promise<unknown>;
+
 /**
- * Redis: a node-redis client made like the store's, two plain commands per operation: the claim
- * `SET key record NX PXAT` (the cheapest conditional insert) and the result `SET key record XX PXAT`.
+ * Redis: two plain commands per operation, the claim `SET key record NX PXAT` (the cheapest
+ * conditional insert) and the result `SET key record XX PXAT`, through the store's own driver:
+ * an ioredis client made as the store makes its own.
  */
 export async function redisFloor(prefix: string): Promise<Floor> {
-  const client = createClient(REDIS_CLIENT_OPTIONS);
+  const client = await storeDriverClient();
+  return redisFloorOn(
+    prefix,
+    (command, args) => client.call(command, args),
+    async () => {
+      await client.quit();
+    },
+  );
+}
+
+/** The same two commands through node-redis, the other Node driver, which batches writes per event-loop turn. */
+export async function nodeRedisFloor(prefix: string): Promise<Floor> {
+  const client = createClient(NODE_REDIS_OPTIONS);
   client.on('error', () => {});
   await client.connect();
+  return redisFloorOn(
+    prefix,
+    (command, args) => client.sendCommand([command, ...args]),
+    () => client.close(),
+  );
+}
+
+function redisFloorOn(prefix: string, send: Send, close: () => Promise<void>): Floor {
   return {
     async op(i) {
       const row = claimRow(i);
       const key = recordKey(prefix, row.key);
-      const claimed = await client.sendCommand(['SET', key, JSON.stringify(row), 'NX', 'PXAT', String(row.expiresAt)]);
+      const claimed = await send('SET', [key, JSON.stringify(row), 'NX', 'PXAT', String(row.expiresAt)]);
       if (claimed === null) throw new Error(`floor key ${key} already claimed`);
       const now = Date.now();
       const done = {
@@ -136,11 +168,11 @@ export async function redisFloor(prefix: string): Promise<Floor> {
         completedAt: now,
         updatedAt: now,
       };
-      await client.sendCommand(['SET', key, JSON.stringify(done), 'XX', 'PXAT', String(now + TTL_MS)]);
+      await send('SET', [key, JSON.stringify(done), 'XX', 'PXAT', String(now + TTL_MS)]);
     },
     async close() {
-      await dropPrefix(client, prefix);
-      await client.close();
+      await dropPrefix((args) => send(args[0] as string, args.slice(1)), prefix);
+      await close();
     },
   };
 }

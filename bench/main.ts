@@ -16,7 +16,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { postgresSubject, redisSubject, type Subject, sqliteSubject } from './engine.js';
-import { type Floor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
+import { type Floor, nodeRedisFloor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
 import { type FlowsResult, flowsReport, runFlows } from './flows.js';
 import {
   type Budget,
@@ -53,6 +53,8 @@ const log = (line: string) => process.stderr.write(`${line}\n`);
 interface Result {
   store: string;
   floor?: Timing;
+  /** The same floor through another driver, reported beside the target floor. */
+  reference?: { name: string; timing: Timing };
   first: Timing;
   replay: Timing;
 }
@@ -62,6 +64,8 @@ interface Plan {
   store: string;
   n: number;
   floor: () => Promise<Floor>;
+  /** The floor's statements through another driver: measured each round, printed, no target. */
+  reference?: { name: string; open: () => Promise<Floor> };
   subjects: { name: string; open: () => Promise<Subject> }[];
   cleanup?: () => void;
   /** The server's cumulative CPU µs, where it can be read (Redis). */
@@ -72,15 +76,18 @@ interface Plan {
 async function runPlan(plan: Plan): Promise<Result[]> {
   const b = budget(plan.n);
   const floor = await plan.floor();
+  const reference = plan.reference ? await plan.reference.open() : undefined;
   const subjects = [];
   for (const s of plan.subjects) subjects.push({ ...s, subject: await s.open(), cursor: WARMUP });
   try {
     await warmUp(floor.op, WARMUP, CONCURRENCY, 10_000_000);
+    if (reference) await warmUp(reference.op, WARMUP, CONCURRENCY, 10_000_000);
     for (const { subject } of subjects) {
       await warmUp(subject.first, WARMUP, CONCURRENCY, 0);
       await warmUp(subject.replay, WARMUP, CONCURRENCY, 0);
     }
     const floors: Timing[] = [];
+    const references: Timing[] = [];
     const firsts = subjects.map(() => [] as Timing[]);
     const replays = subjects.map(() => [] as Timing[]);
     let floorCursor = 0;
@@ -89,6 +96,12 @@ async function runPlan(plan: Plan): Promise<Result[]> {
       floorCursor += f.ops;
       floors.push(f);
       log(`${plan.store} floor: ${formatOps(f.opsPerSec)} ops/s (${f.ops} ops)`);
+      if (reference && plan.reference) {
+        const r = await measure(reference.op, b, floorCursor, undefined, plan.serverCpu);
+        floorCursor += r.ops;
+        references.push(r);
+        log(`${plan.store} ${plan.reference.name}: ${formatOps(r.opsPerSec)} ops/s`);
+      }
       for (const [k, s] of subjects.entries()) {
         const first = await measure(s.subject.first, b, s.cursor, undefined, plan.serverCpu);
         const replay = await measure(s.subject.replay, b, s.cursor, first.ops, plan.serverCpu);
@@ -101,11 +114,13 @@ async function runPlan(plan: Plan): Promise<Result[]> {
     return subjects.map((s, k) => ({
       store: s.name,
       floor: k === 0 ? best(floors) : undefined,
+      reference: k === 0 && plan.reference ? { name: plan.reference.name, timing: best(references) } : undefined,
       first: best(firsts[k] ?? []),
       replay: best(replays[k] ?? []),
     }));
   } finally {
     await floor.close();
+    await reference?.close();
     for (const { subject } of subjects) await subject.close();
     plan.cleanup?.();
   }
@@ -143,6 +158,7 @@ async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }>
       store: 'redis',
       n: 150_000,
       floor: () => redisFloor(`oncely-bench:${id}:floor:`),
+      reference: { name: 'floor through node-redis', open: () => nodeRedisFloor(`oncely-bench:${id}:node-redis:`) },
       subjects: [
         { name: 'oncely redis', open: () => redisSubject(`oncely-bench:${id}:oncely:`) },
         { name: 'powertools redis', open: () => powertoolsSubject(`oncely-bench:${id}:powertools`) },
@@ -245,16 +261,27 @@ function engineReport(results: Result[], memory: MemoryResult): { lines: string[
   });
   const header = ['subject', 'floor ops/s', 'first ops/s', 'replay ops/s', 'first/floor', 'replay/first'];
   const table = markdownTable([...header, 'first vs Powertools'], rows);
+  // The other driver's floor, against the first executions of the subject it was measured beside.
+  const references = results.flatMap((r) =>
+    r.reference
+      ? [
+          `${r.store}: ${r.reference.name} ${formatOps(r.reference.timing.opsPerSec)} ops/s (first/that floor ` +
+            `${(r.first.opsPerSec / r.reference.timing.opsPerSec).toFixed(2)}x, for information)`,
+        ]
+      : [],
+  );
   const lines = [
     `oncely benchmarks: concurrency ${CONCURRENCY}, best of ${ROUNDS} rounds, each ≤ ${MAX_MS} ms or N ops, node ${process.version}`,
     '',
     table,
     '',
     `first = new keys (claim, run, store the result); replay = the same keys again; floor = the two bare statements`,
-    `(claim insert, result update) per operation through the same driver and settings. Ratios are of ops/s.`,
+    `(claim insert, result update) per operation through the same driver and settings (Redis: ioredis, as`,
+    `redisStore({ url }) uses). Ratios are of ops/s.`,
+    ...references,
     '',
-    'CPU per operation, µs (this process + Redis), of the round kept; the process and Redis take turns',
-    'more than they overlap, so ops/s follows the sum:',
+    'CPU per operation, µs (this process + Redis), of the round kept. Where the two work at the same time,',
+    'ops/s follows the larger; where they take turns, the sum:',
     '',
     cpuTable(results),
     '',

@@ -3,7 +3,7 @@ import { CachePersistenceLayer } from '@aws-lambda-powertools/idempotency/cache'
 import { createClient } from 'redis';
 import type { Subject } from './engine.js';
 import { inputOf } from './engine.js';
-import { dropPrefix, REDIS_CLIENT_OPTIONS } from './setup.js';
+import { dropPrefix, NODE_REDIS_OPTIONS } from './setup.js';
 
 /** The little of a Lambda context Powertools reads: the time left bounds an in-progress claim, like a lease. */
 const fakeContext = {
@@ -27,7 +27,7 @@ const fakeContext = {
  * Per first execution it sends SET NX (claim) then SET (result), as the Redis floor does.
  */
 export async function powertoolsSubject(prefix: string): Promise<Subject> {
-  const client = createClient(REDIS_CLIENT_OPTIONS);
+  const client = createClient(NODE_REDIS_OPTIONS);
   client.on('error', () => {});
   await client.connect();
   const executions = new Map<number, number>();

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 import { ownedClientOptions, recordKey as storeRecordKey } from '../src/redis/store.js';
 
@@ -10,12 +11,28 @@ export const PG_URL = process.env.PG_URL ?? process.env.DATABASE_URL ?? 'postgre
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 /**
- * How `redisStore({ url })` makes its node-redis client (imported from src/redis/store.ts, so they
- * cannot drift): the floor and Powertools get clients made the same way, so all three pay the same
- * driver costs (none of them a per-command timeout; the store's one timer per batch is its own).
- * The floor and Powertools each create one client from it, to the same URL.
+ * An ioredis client made as `redisStore({ url })` makes its own (the options are imported from
+ * src/redis/store.ts, so they cannot drift): the Redis floor runs on one, so floor and store pay
+ * the same driver costs.
  */
-export const REDIS_CLIENT_OPTIONS = ownedClientOptions(REDIS_URL);
+export async function storeDriverClient(): Promise<Redis> {
+  const client = new Redis(REDIS_URL, ownedClientOptions());
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+/**
+ * A node-redis client that, like the store's, neither reconnects, queues offline, nor arms a
+ * per-command timeout: Powertools runs on one (node-redis is the client its docs name), and so
+ * does the second Redis floor, the same two statements through the other Node driver.
+ */
+export const NODE_REDIS_OPTIONS = {
+  url: REDIS_URL,
+  disableOfflineQueue: true,
+  socket: { reconnectStrategy: false as const },
+  commandOptions: { timeout: 0 },
+};
 
 /** The pool size `postgresStore({ connectionString })` opens (see openPool in src/postgres/store.ts). */
 export const PG_POOL_MAX = 10;

@@ -1,10 +1,11 @@
 import { once } from 'node:events';
 import net from 'node:net';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OncelyError } from '../src/core/errors.js';
 import type { RecordId, StoredRecord } from '../src/core/record.js';
 import { redisStore } from '../src/redis/index.js';
-import { recordKey } from '../src/redis/store.js';
+import { MAX_BATCH, recordKey } from '../src/redis/store.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from './support/redis.js';
 
 const prefix = freshPrefix();
@@ -232,6 +233,27 @@ describe('redis store', () => {
     await expect(store.get(record())).rejects.toMatchObject({ code: 'CLOSED' });
   });
 
+  it('works on an ioredis client it was given, and never closes that one either', async () => {
+    const io = new Redis(REDIS_URL);
+    try {
+      const store = redisStore({ client: io, prefix });
+      const r = record();
+      expect(await store.insertOrGet(r)).toEqual({ inserted: true, record: r });
+      expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { attempts: 2 })).toBe(true);
+      expect(await store.get(r)).toEqual({ ...r, attempts: 2 });
+      await store.close();
+      expect(await io.ping()).toBe('PONG');
+    } finally {
+      io.disconnect();
+    }
+  });
+
+  it('refuses a client that is neither an ioredis nor a node-redis client', () => {
+    expect(() => redisStore({ client: {} as never, prefix })).toThrow(
+      expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+    );
+  });
+
   it('fails fast while Redis is down, then works once it is up, and after a dropped connection', async () => {
     // A port nobody listens on, later served by a proxy to the real Redis.
     const probe = net.createServer().listen(0, '127.0.0.1');
@@ -287,16 +309,15 @@ describe('redis store batches', () => {
     return { client, sent };
   }
 
-  it('sends a lone call at once, and concurrent calls as one script run', async () => {
+  it('sends a lone call at once, and concurrent calls as full script runs of MAX_BATCH records', async () => {
     const { client, sent } = counting();
     const store = redisStore({ client, prefix });
     const lone = record();
     expect((await store.insertOrGet(lone)).inserted).toBe(true);
     expect(sent).toHaveLength(1);
-    const many = Array.from({ length: 50 }, () => record());
+    const many = Array.from({ length: 3 * MAX_BATCH + 2 }, () => record());
     await Promise.all(many.map((r) => store.insertOrGet(r)));
-    expect(sent).toHaveLength(2);
-    expect(sent[1]?.[2]).toBe('50');
+    expect(sent.slice(1).map((args) => args[2])).toEqual([MAX_BATCH, MAX_BATCH, MAX_BATCH, 2].map(String));
   });
 
   it('lets the first of 200 concurrent inserts of one id win and shows it to the other 199', async () => {
@@ -306,8 +327,9 @@ describe('redis store batches', () => {
     const results = await Promise.all(
       Array.from({ length: 200 }, (_, i) => store.insertOrGet({ ...base, fingerprint: `fp-${i}` })),
     );
-    // All in one batch: the script handles them in order, so the first inserts.
-    expect(sent).toHaveLength(1);
+    // In runs of MAX_BATCH, sent in order on one connection: Redis runs them in that order, and
+    // each script its keys in order, so the first inserts.
+    expect(sent).toHaveLength(Math.ceil(200 / MAX_BATCH));
     expect(results.filter((r) => r.inserted)).toHaveLength(1);
     expect(results[0]).toEqual({ inserted: true, record: { ...base, fingerprint: 'fp-0' } });
     for (const r of results.slice(1)) expect(r).toEqual({ inserted: false, record: { ...base, fingerprint: 'fp-0' } });

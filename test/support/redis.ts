@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { createClient } from 'redis';
-import type { RedisClientLike } from '../../src/redis/index.js';
 
 /** The Redis the tests use; REDIS_URL overrides the local default. */
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -18,19 +17,20 @@ export async function connectRedis(options: { RESP?: 2 | 3 } = {}) {
   return client;
 }
 
+/** A node-redis client, or any function that sends one raw command (name first) through another driver. */
+type Sender = { sendCommand(args: string[]): Promise<unknown> } | ((args: string[]) => Promise<unknown>);
+
 /** Deletes every key under `prefix` (SCAN, then DEL), leaving the rest of the database alone. */
-export async function dropPrefix(client: RedisClientLike, prefix: string): Promise<number> {
+export async function dropPrefix(client: Sender, prefix: string): Promise<number> {
+  const send = typeof client === 'function' ? client : (args: string[]) => client.sendCommand(args);
   // SCAN MATCH takes a glob: escape its special characters so the prefix matches literally.
   const pattern = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`;
   let cursor = '0';
   let dropped = 0;
   do {
-    const [next, keys] = (await client.sendCommand(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000'])) as [
-      string,
-      string[],
-    ];
+    const [next, keys] = (await send(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000'])) as [string, string[]];
     cursor = String(next);
-    if (keys.length > 0) dropped += Number(await client.sendCommand(['DEL', ...keys.map(String)]));
+    if (keys.length > 0) dropped += Number(await send(['DEL', ...keys.map(String)]));
   } while (cursor !== '0');
   return dropped;
 }
