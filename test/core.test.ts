@@ -51,6 +51,23 @@ describe('fingerprints', () => {
     expect(canonicalJson(new Date(0))).toBe('"1970-01-01T00:00:00.000Z"');
   });
 
+  it('order keys by UTF-16 code units, as Array.prototype.sort does, in small and large objects alike', () => {
+    for (const names of [
+      ['é', 'Z', 'a', '😀', 'ﬀ', '10', '9', ''],
+      Array.from({ length: 40 }, (_, i) => `k${(i * 17) % 40}`),
+    ]) {
+      const input = Object.fromEntries(names.map((name, i) => [name, i]));
+      const expected = `{${[...names]
+        .sort()
+        .map((name) => `${JSON.stringify(name)}:${input[name]}`)
+        .join(',')}}`;
+      expect(canonicalJson(input)).toBe(expected);
+    }
+    expect(canonicalJson({ t: true, f: false, n: -0, big: 1e21, nan: Number.NaN, x: -1.5 })).toBe(
+      '{"big":1e+21,"f":false,"n":0,"nan":null,"t":true,"x":-1.5}',
+    );
+  });
+
   it('refuses inputs that cannot be canonical', () => {
     const loop: Record<string, unknown> = {};
     loop.self = loop;

@@ -92,7 +92,7 @@ export class Batcher<I, O> {
       const answers = await this.run(batch.map((w) => w.item));
       if (answers.length !== batch.length)
         throw new Error(`batch returned ${answers.length} answers for ${batch.length}`);
-      for (const [i, w] of batch.entries()) w.resolve(answers[i] as O);
+      for (let i = 0; i < batch.length; i++) (batch[i] as Waiting<I, O>).resolve(answers[i] as O);
     } catch (error) {
       if (batch.length > 1 && this.isolate(error)) {
         await Promise.all(batch.map((w) => this.send([w])));

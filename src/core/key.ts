@@ -38,9 +38,12 @@ export function keyFrom(...parts: KeyPart[]): string {
 export function validateKey(key: unknown): string {
   if (key === undefined || key === null || key === '') throw new KeyRequiredError();
   if (typeof key !== 'string') throw new KeyInvalidError(`a key must be a string, got ${typeof key}`);
-  const length = [...key].length;
-  if (length > MAX_KEY_LENGTH)
-    throw new KeyInvalidError(`a key must be at most ${MAX_KEY_LENGTH} characters, got ${length}`);
+  // Counting code points builds an array: only needed when the UTF-16 length could be over.
+  if (key.length > MAX_KEY_LENGTH) {
+    const length = [...key].length;
+    if (length > MAX_KEY_LENGTH)
+      throw new KeyInvalidError(`a key must be at most ${MAX_KEY_LENGTH} characters, got ${length}`);
+  }
   if (NOT_PRINTABLE.test(key))
     throw new KeyInvalidError('a key must be printable text, without control or invisible characters');
   if (key.trim().length === 0) throw new KeyInvalidError('a key must not be only whitespace');
@@ -51,7 +54,7 @@ export function validateKey(key: unknown): string {
 export function validateName(value: unknown, what: 'action' | 'tenant'): string {
   if (typeof value !== 'string' || value.trim().length === 0)
     throw new InvalidArgumentError(`${what} must be a non-empty string`);
-  if ([...value].length > MAX_NAME_LENGTH || NOT_PRINTABLE.test(value))
+  if ((value.length > MAX_NAME_LENGTH && [...value].length > MAX_NAME_LENGTH) || NOT_PRINTABLE.test(value))
     throw new InvalidArgumentError(`${what} must be at most ${MAX_NAME_LENGTH} printable characters`);
   return value;
 }

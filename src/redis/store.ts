@@ -54,7 +54,7 @@ interface OwnedClient {
  * on another. With one large run the two processes take turns, each idle while the other works
  * (measured: about 50k against 85k first executions/s at 32 callers).
  */
-export const MAX_BATCH = 16;
+export const MAX_BATCH = 8;
 
 /** Script runs of one kind in flight at once; callers arriving meanwhile wait for the next run. */
 const MAX_IN_FLIGHT = 8;
