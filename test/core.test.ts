@@ -63,6 +63,10 @@ describe('fingerprints', () => {
         .join(',')}}`;
       expect(canonicalJson(input)).toBe(expected);
     }
+    // Strings needing escapes: quotes, backslashes, control characters, lone surrogates, long text.
+    for (const text of ['say "hi"', 'a\\b', 'tab\there', '\ud800', 'é😀', 'x'.repeat(100), `${'x'.repeat(70)}"`]) {
+      expect(canonicalJson({ [text]: text })).toBe(`{${JSON.stringify(text)}:${JSON.stringify(text)}}`);
+    }
     expect(canonicalJson({ t: true, f: false, n: -0, big: 1e21, nan: Number.NaN, x: -1.5 })).toBe(
       '{"big":1e+21,"f":false,"n":0,"nan":null,"t":true,"x":-1.5}',
     );

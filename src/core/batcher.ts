@@ -1,5 +1,8 @@
-/** Runs a batch of items as one statement; answers are in item order. */
-export type RunBatch<I, O> = (items: I[]) => Promise<O[]>;
+/**
+ * Runs a batch of items as one statement; answers are in item order. An answer that is an Error
+ * fails its own caller only (a record the statement could not handle), the rest of the batch not.
+ */
+export type RunBatch<I, O> = (items: I[]) => Promise<(O | Error)[]>;
 
 interface Waiting<I, O> {
   item: I;
@@ -92,7 +95,11 @@ export class Batcher<I, O> {
       const answers = await this.run(batch.map((w) => w.item));
       if (answers.length !== batch.length)
         throw new Error(`batch returned ${answers.length} answers for ${batch.length}`);
-      for (let i = 0; i < batch.length; i++) (batch[i] as Waiting<I, O>).resolve(answers[i] as O);
+      for (let i = 0; i < batch.length; i++) {
+        const answer = answers[i];
+        if (answer instanceof Error) (batch[i] as Waiting<I, O>).reject(answer);
+        else (batch[i] as Waiting<I, O>).resolve(answer as O);
+      }
     } catch (error) {
       if (batch.length > 1 && this.isolate(error)) {
         await Promise.all(batch.map((w) => this.send([w])));

@@ -15,7 +15,7 @@ function write(value: unknown, path: object[]): string | undefined {
   if (value === null) return 'null';
   switch (typeof value) {
     case 'string':
-      return JSON.stringify(value);
+      return quote(value);
     case 'boolean':
       return value ? 'true' : 'false';
     case 'number':
@@ -49,12 +49,26 @@ function write(value: unknown, path: object[]): string | undefined {
       const member = write(record[name], path);
       if (member === undefined) continue;
       if (text.length > 1) text += ',';
-      text += `${JSON.stringify(name)}:${member}`;
+      text += `${quote(name)}:${member}`;
     }
     text += '}';
   }
   path.pop();
   return text;
+}
+
+/**
+ * A string as JSON text. Short strings with nothing to escape (the usual key names, codes and
+ * ids) are quoted directly: a JSON.stringify call costs more than the scan. Everything else goes
+ * to JSON.stringify, which escapes quotes, backslashes, control characters and lone surrogates.
+ */
+function quote(s: string): string {
+  if (s.length > 64) return JSON.stringify(s);
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c || (c >= 0xd800 && c <= 0xdfff)) return JSON.stringify(s);
+  }
+  return `"${s}"`;
 }
 
 /**

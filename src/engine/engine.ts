@@ -11,7 +11,7 @@ import {
 import { fingerprint } from '../core/fingerprint.js';
 import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
 import { decide, type PublicRecord, publicRecord, type RecordId, type StoredRecord } from '../core/record.js';
-import type { RecordPatch, RecordStore } from '../store.js';
+import type { Expectation, RecordPatch, RecordStore } from '../store.js';
 import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
 import { LeaseKeeper } from './lease.js';
@@ -71,6 +71,16 @@ const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
 const PURGE_BATCH = 500;
 const OPTION_NAMES = ['ttl', 'lease', 'wait', 'onError', 'onLeaseExpired', 'maxResultBytes'] as const;
+const NO_OPTIONS: ActionOptions = {};
+
+/** Whether two calls pass the same per-call options (a loop, not `every`: this runs on every call). */
+function sameOptions(a: ActionOptions, b: ActionOptions): boolean {
+  for (let i = 0; i < OPTION_NAMES.length; i++) {
+    const name = OPTION_NAMES[i] as (typeof OPTION_NAMES)[number];
+    if (a[name] !== b[name]) return false;
+  }
+  return true;
+}
 
 /**
  * The idempotency engine: claim a key, execute once, store the outcome, replay it to duplicates.
@@ -84,6 +94,8 @@ export class Oncely {
   private readonly defaults: ActionOptions | undefined;
   private readonly resolvedDefaults: ResolvedOptions;
   private lastOptions: { given: ActionOptions; resolved: ResolvedOptions } | undefined;
+  // The last action name that passed validation: most calls repeat the one before.
+  private lastAction = '';
   private readonly cache: ReplayCache | undefined;
   private closed = false;
 
@@ -109,9 +121,9 @@ export class Oncely {
    * HTTP middleware does), so the last resolved set is kept with the values it came from.
    */
   private optionsOf(request: ActionOptions): ResolvedOptions {
-    if (OPTION_NAMES.every((name) => request[name] === undefined)) return this.resolvedDefaults;
+    if (sameOptions(request, NO_OPTIONS)) return this.resolvedDefaults;
     const last = this.lastOptions;
-    if (last && OPTION_NAMES.every((name) => last.given[name] === request[name])) return last.resolved;
+    if (last && sameOptions(request, last.given)) return last.resolved;
     const resolved = resolveOptions(this.defaults, request);
     const given: ActionOptions = {};
     for (const name of OPTION_NAMES) given[name] = request[name] as never;
@@ -265,7 +277,6 @@ export class Oncely {
       if (found.inserted) return this.execute(found.record, options, tx, fn);
       const record = found.record;
       const decision = decide(record, print, options.onLeaseExpired, now);
-      const seen = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
       switch (decision.kind) {
         case 'replay': {
           const pub = publicRecord(record);
@@ -278,7 +289,7 @@ export class Oncely {
           throw new OutcomeUnknownError(publicRecord(record));
         case 'mark_unknown': {
           const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: now };
-          if (await this.call(() => this.store.update(id, seen, patch, tx)))
+          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx)))
             throw new OutcomeUnknownError(publicRecord(record, patch));
           continue;
         }
@@ -293,7 +304,7 @@ export class Oncely {
           }
           claimed.fence = record.fence + 1;
           const { tenant: _t, action: _a, key: _k, ...patch } = claimed;
-          if (await this.call(() => this.store.update(id, seen, patch, tx)))
+          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx)))
             return this.execute(claimed, options, tx, fn);
           continue;
         }
@@ -371,9 +382,10 @@ export class Oncely {
   }
 
   private recordId(action: string, key: string, tenant: string | undefined): RecordId {
+    if (action !== this.lastAction) this.lastAction = validateName(action, 'action');
     return {
       tenant: tenant === undefined ? this.tenant : validateName(tenant, 'tenant'),
-      action: validateName(action, 'action'),
+      action,
       key: validateKey(key),
     };
   }
@@ -383,11 +395,13 @@ export class Oncely {
   }
 
   /** Store failures become STORE_UNAVAILABLE; oncely's own errors pass through. */
-  private async call<R>(operation: () => Promise<R>): Promise<R> {
+  private call<R>(operation: () => Promise<R>): Promise<R> {
+    // Not an async function: one derived promise per store call instead of an async frame's
+    // several (every first execution makes two of these calls, every replay one).
     try {
-      return await operation();
+      return operation().catch(rethrowStoreFailure);
     } catch (error) {
-      throw error instanceof OncelyError ? error : new StoreUnavailableError(error);
+      return Promise.reject(storeFailure(error));
     }
   }
 }
@@ -395,6 +409,20 @@ export class Oncely {
 /** Creates an engine on a store. */
 export async function createOncely(options: OncelyOptions): Promise<Oncely> {
   return new Oncely(options);
+}
+
+/** A store's failure as the caller sees it: oncely's own errors as they are, others as STORE_UNAVAILABLE. */
+function storeFailure(error: unknown): OncelyError {
+  return error instanceof OncelyError ? error : new StoreUnavailableError(error);
+}
+
+function rethrowStoreFailure(error: unknown): never {
+  throw storeFailure(error);
+}
+
+/** An expectation that the record is still exactly as it was read: same fence, state and lease. */
+function seenAs(record: StoredRecord): Expectation {
+  return { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
 }
 
 /** When a record written now stops answering for its key. */

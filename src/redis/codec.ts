@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, RecordState, StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch } from '../store.js';
-import { TAG } from './scripts.js';
+import { FIELDS, TAG } from './scripts.js';
 
 // Hot path: every function here runs once per call; each record and patch becomes one string in
 // the layout of scripts.ts (FIELDS), written and read field by field in that order.
@@ -67,44 +67,30 @@ export function decodeRecord(value: unknown, id: RecordId): StoredRecord {
   // A client with a Buffer type mapping answers Buffers: String() reads those too.
   const s = String(value);
   // The fields in layout order (FIELDS), each up to the next '|'; the last one, the result, is
-  // the rest. Written out rather than through a helper closure: this runs once per replay.
+  // the rest. A plain loop rather than split(): the result may itself contain '|'.
+  const f: string[] = [];
   let at = TAG.length;
-  let end = s.indexOf('|', at);
-  const state = s.slice(at, end) as RecordState;
-  end = s.indexOf('|', (at = end + 1));
-  const fence = Number(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const leaseUntil = num(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const expiresAt = num(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const attempts = Number(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const createdAt = Number(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const updatedAt = Number(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const completedAt = num(s.slice(at, end));
-  end = s.indexOf('|', (at = end + 1));
-  const fingerprint = s.slice(at, end);
-  end = s.indexOf('|', (at = end + 1));
-  const traceId = s.slice(at, end);
-  const result = s.slice(end + 1);
+  for (let i = 0; i < FIELDS.length - 1; i++) {
+    const end = s.indexOf('|', at);
+    f.push(s.slice(at, end));
+    at = end + 1;
+  }
+  const result = s.slice(at);
   return {
     tenant: id.tenant,
     action: id.action,
     key: id.key,
-    state,
-    fingerprint,
-    fence,
-    attempts,
-    leaseUntil,
+    state: f[0] as RecordState,
+    fingerprint: f[8] as string,
+    fence: Number(f[1]),
+    attempts: Number(f[4]),
+    leaseUntil: num(f[2] as string),
     result: result === '' ? null : result,
-    traceId,
-    createdAt,
-    updatedAt,
-    completedAt,
-    expiresAt,
+    traceId: f[9] as string,
+    createdAt: Number(f[5]),
+    updatedAt: Number(f[6]),
+    completedAt: num(f[7] as string),
+    expiresAt: num(f[3] as string),
   };
 }
 

@@ -215,25 +215,27 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   return {
     kind: 'redis',
 
-    async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
-      refuseTransaction(tx);
-      const answer = await inserts.push({ record, value: encodeRecord(record) });
-      if (answer instanceof Error) throw answer;
-      return answer;
+    // Each hands back its batch's own promise (an Error answer rejects just its caller, see
+    // Batcher); a refused argument rejects too, as it would from an async method.
+    insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
+      return rejecting(() => {
+        refuseTransaction(tx);
+        return inserts.push({ record, value: encodeRecord(record) });
+      });
     },
 
-    async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
-      refuseTransaction(tx);
-      const answer = await updates.push({ id, expect: encodeExpect(expect), patch: encodePatch(patch) });
-      if (answer instanceof Error) throw answer;
-      return answer;
+    update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
+      return rejecting(() => {
+        refuseTransaction(tx);
+        return updates.push({ id, expect: encodeExpect(expect), patch: encodePatch(patch) });
+      });
     },
 
-    async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
-      refuseTransaction(tx);
-      const answer = await reads.push(id);
-      if (answer instanceof Error) throw answer;
-      return answer;
+    get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
+      return rejecting(() => {
+        refuseTransaction(tx);
+        return reads.push(id);
+      });
     },
 
     /** Always 0: Redis expires records natively (each write sets PEXPIREAT), so there is nothing to purge. */
@@ -254,6 +256,15 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
       else dispose(c);
     },
   };
+}
+
+/** Runs `start`, turning a synchronous throw into a rejected promise. */
+function rejecting<T>(start: () => Promise<T>): Promise<T> {
+  try {
+    return start();
+  } catch (error) {
+    return Promise.reject(error);
+  }
 }
 
 function refuseTransaction(tx: unknown): void {
