@@ -74,8 +74,8 @@ interface Update {
 
 /**
  * A record store on Redis: each record is one string, and Redis expires records itself. Concurrent
- * calls of one kind are coalesced into one atomic Lua script run (one EVALSHA per batch, sent at
- * once when none is in flight, so a lone call waits for nothing). It cannot join a caller's SQL
+ * calls of one kind are coalesced into atomic Lua script runs of up to MAX_BATCH records (one
+ * EVALSHA each, sent at once while fewer than MAX_IN_FLIGHT are out, so a lone call waits for nothing). It cannot join a caller's SQL
  * transaction. Not for Redis Cluster: a batch's script names the keys of many records, which
  * must all live on one node, so it needs a single (standalone) Redis; a cluster client is not supported.
  * @example
