@@ -30,9 +30,17 @@ export async function powertoolsSubject(prefix: string): Promise<Subject> {
   const client = createClient(NODE_REDIS_OPTIONS);
   client.on('error', () => {});
   await client.connect();
-  const executions = new Map<number, number>();
+  // Executions per key index, counted in one typed array rather than a Map: a Map of hundreds of
+  // thousands of keys would give the garbage collector, and so every subject measured in this
+  // process, work that has nothing to do with Powertools. Clamped: counts stop at 255.
+  let executions = new Uint8ClampedArray(1 << 20);
   const handler = async (event: ReturnType<typeof inputOf>, _context: typeof fakeContext) => {
-    executions.set(event.id, (executions.get(event.id) ?? 0) + 1);
+    if (event.id >= executions.length) {
+      const grown = new Uint8ClampedArray(Math.max(executions.length * 2, event.id + 1));
+      grown.set(executions);
+      executions = grown;
+    }
+    executions[event.id] = (executions[event.id] ?? 0) + 1;
     return { ok: true, id: event.id };
   };
   const idempotent = makeIdempotent(handler, {
@@ -43,7 +51,7 @@ export async function powertoolsSubject(prefix: string): Promise<Subject> {
   // Every key, first run or replay, must have executed exactly once.
   const call = async (i: number) => {
     const result = await idempotent(inputOf(i), fakeContext);
-    if (result.id !== i || executions.get(i) !== 1) throw new Error(`powertools ran key ${i} other than once`);
+    if (result.id !== i || executions[i] !== 1) throw new Error(`powertools ran key ${i} other than once`);
   };
   return {
     first: call,

@@ -44,10 +44,24 @@ export function validateKey(key: unknown): string {
     if (length > MAX_KEY_LENGTH)
       throw new KeyInvalidError(`a key must be at most ${MAX_KEY_LENGTH} characters, got ${length}`);
   }
+  // Most keys are printable ASCII with something besides spaces: settled by one scan, without
+  // the Unicode-aware regular expression.
+  if (plainAscii(key)) return key;
   if (NOT_PRINTABLE.test(key))
     throw new KeyInvalidError('a key must be printable text, without control or invisible characters');
   if (key.trim().length === 0) throw new KeyInvalidError('a key must not be only whitespace');
   return key;
+}
+
+/** True when every character is printable ASCII (space to '~') and one of them is not a space. */
+function plainAscii(text: string): boolean {
+  let visible = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e) return false;
+    if (c !== 0x20) visible = true;
+  }
+  return visible;
 }
 
 /** Checks an action or tenant name: 1 to 128 printable characters. */

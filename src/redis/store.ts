@@ -38,13 +38,19 @@ type Send = (command: string, args: string[]) => Promise<unknown>;
 
 // What the store needs from the ioredis client it created. Declared here, not imported, because
 // `ioredis` is an optional peer dependency: its types must not leak into the public declarations.
-interface OwnedClient {
+interface Ioredis {
   readonly status: string;
   call(command: string, args: string[]): Promise<unknown>;
   connect(): Promise<unknown>;
   quit(): Promise<unknown>;
   disconnect(): void;
   on(event: 'error', listener: (error: unknown) => void): unknown;
+}
+
+/** The client the store made, and its `call` bound once for the batches to send through. */
+interface OwnedClient {
+  readonly io: Ioredis;
+  readonly send: Send;
 }
 
 /**
@@ -100,7 +106,7 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // it is up. A failed attempt is forgotten, and so is a client whose connection later dropped
   // (it does not reconnect, see openClient): the next call simply tries again.
   function ownedClient(): Promise<OwnedClient> {
-    if (owned && (owned.status === 'close' || owned.status === 'end')) abandon(owned);
+    if (owned && (owned.io.status === 'close' || owned.io.status === 'end')) abandon(owned);
     if (!connecting) {
       const attempt = connect();
       connecting = attempt;
@@ -117,11 +123,11 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
     // Without reconnects ioredis rejects connect() with a bare "Connection is closed"; the socket's
     // own error (ECONNREFUSED, ENOTFOUND, ...) comes as an 'error' event first and is the one to report.
     let cause: unknown;
-    c.on('error', (error) => {
+    c.io.on('error', (error) => {
       cause ??= error;
     });
     try {
-      await c.connect();
+      await c.io.connect();
       return c;
     } catch (error) {
       abandon(c);
@@ -142,30 +148,33 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // command): this one timer per batch bounds the wait instead, connecting included. A client
   // that timed out is destroyed, failing whatever else waits on it, and the next call connects
   // afresh. A client passed in keeps its own timeouts.
-  async function send(script: RedisScript, args: string[]): Promise<unknown> {
-    if (closed) throw new OncelyError('CLOSED', 'the redis store is closed');
+  function send(script: RedisScript, args: string[]): Promise<unknown> {
+    if (closed) return Promise.reject(new OncelyError('CLOSED', 'the redis store is closed'));
     if (given) return evalScript(given, script, args);
+    // Connected (the usual case): straight to the client, without waiting on the connection first.
+    const ready = owned?.io.status === 'ready' ? owned : undefined;
     return new Promise((resolve, reject) => {
-      let used: OwnedClient | undefined;
+      let used = ready;
       const timer = setTimeout(() => {
         reject(new Error(`redis did not answer within ${timeoutMs} ms`));
         abandon(used ?? owned);
       }, timeoutMs);
-      ownedClient()
-        .then((c) => {
-          used = c;
-          return evalScript(c.call.bind(c), script, args);
-        })
-        .then(
-          (reply) => {
-            clearTimeout(timer);
-            resolve(reply);
-          },
-          (error: unknown) => {
-            clearTimeout(timer);
-            reject(error);
-          },
-        );
+      const sent = ready
+        ? evalScript(ready.send, script, args)
+        : ownedClient().then((c) => {
+            used = c;
+            return evalScript(c.send, script, args);
+          });
+      sent.then(
+        (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
     });
   }
 
@@ -252,7 +261,7 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
       owned = undefined;
       // Only a client the store created: a passed-in client belongs to the caller.
       if (!c) return;
-      if (c.status === 'ready') await c.quit().catch(() => dispose(c));
+      if (c.io.status === 'ready') await c.io.quit().catch(() => dispose(c));
       else dispose(c);
     },
   };
@@ -282,15 +291,13 @@ function sender(client: RedisClientLike): Send {
 // EVALSHA sends 40 bytes instead of the script; the server loses its script cache on restart or
 // SCRIPT FLUSH, and EVAL both runs the script and caches it again for the next EVALSHA. NOSCRIPT
 // comes before the script runs, so nothing of the batch was written yet.
-async function evalScript(send: Send, script: RedisScript, args: string[]): Promise<unknown> {
-  try {
-    return await send('EVALSHA', args);
-  } catch (error) {
+function evalScript(send: Send, script: RedisScript, args: string[]): Promise<unknown> {
+  return send('EVALSHA', args).catch((error: unknown) => {
     if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
     const retry = args.slice();
     retry[0] = script.source;
     return send('EVAL', retry);
-  }
+  });
 }
 
 /**
@@ -317,16 +324,16 @@ async function openClient(url: string): Promise<OwnedClient> {
       cause,
     });
   }
-  const c = new ioredis.Redis(url, ownedClientOptions()) as OwnedClient;
+  const io = new ioredis.Redis(url, ownedClientOptions()) as Ioredis;
   // Without a listener an 'error' event would be logged by ioredis; the failing command already
   // carries the error to the caller.
-  c.on('error', () => {});
-  return c;
+  io.on('error', () => {});
+  return { io, send: io.call.bind(io) };
 }
 
 function dispose(c: OwnedClient): void {
   try {
-    c.disconnect();
+    c.io.disconnect();
   } catch {
     // Already torn down by the driver; nothing is left to release.
   }
