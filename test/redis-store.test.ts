@@ -10,6 +10,7 @@ import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from './support/redi
 
 const prefix = freshPrefix();
 let redis: Awaited<ReturnType<typeof connectRedis>>;
+let io: Redis;
 let n = 0;
 
 function record(overrides: Partial<StoredRecord> = {}): StoredRecord {
@@ -68,11 +69,13 @@ async function redisProxy(port = 0) {
 
 beforeAll(async () => {
   redis = await connectRedis();
+  io = new Redis(REDIS_URL);
 });
 
 afterAll(async () => {
   await dropPrefix(redis, prefix);
   await redis.close();
+  io.disconnect();
 });
 
 describe('redis store', () => {
@@ -210,7 +213,7 @@ describe('redis store', () => {
     expect(() => redisStore({ url: REDIS_URL, client: redis } as never)).toThrow(OncelyError);
   });
 
-  it('reloads its scripts after SCRIPT FLUSH, and works on a RESP2 client', async () => {
+  it('reloads its scripts after SCRIPT FLUSH, on ioredis and on a RESP2 node-redis client', async () => {
     const resp2 = await connectRedis({ RESP: 2 });
     try {
       const store = redisStore({ client: resp2, prefix });
@@ -219,6 +222,11 @@ describe('redis store', () => {
       await resp2.scriptFlush();
       expect(await store.get(r)).toEqual(r);
       expect((await store.insertOrGet(r)).record).toEqual(r);
+      // The same through ioredis, the driver of `{ url }`.
+      const viaIo = redisStore({ client: io, prefix });
+      await resp2.scriptFlush();
+      expect(await viaIo.get(r)).toEqual(r);
+      expect((await viaIo.insertOrGet(r)).record).toEqual(r);
     } finally {
       await resp2.close();
     }
@@ -234,18 +242,14 @@ describe('redis store', () => {
   });
 
   it('works on an ioredis client it was given, and never closes that one either', async () => {
-    const io = new Redis(REDIS_URL);
-    try {
-      const store = redisStore({ client: io, prefix });
-      const r = record();
-      expect(await store.insertOrGet(r)).toEqual({ inserted: true, record: r });
-      expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { attempts: 2 })).toBe(true);
-      expect(await store.get(r)).toEqual({ ...r, attempts: 2 });
-      await store.close();
-      expect(await io.ping()).toBe('PONG');
-    } finally {
-      io.disconnect();
-    }
+    const store = redisStore({ client: io, prefix });
+    const r = record();
+    expect(await store.insertOrGet(r)).toEqual({ inserted: true, record: r });
+    expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { attempts: 2 })).toBe(true);
+    expect(await store.get(r)).toEqual({ ...r, attempts: 2 });
+    await store.close();
+    expect(io.status).toBe('ready');
+    expect(await io.ping()).toBe('PONG');
   });
 
   it('refuses a client that is neither an ioredis nor a node-redis client', () => {
@@ -292,20 +296,23 @@ describe('redis store', () => {
 describe('redis store batches', () => {
   // Records the script runs the store sends, so a test can tell that concurrent calls shared one.
   // An EVALSHA refused with NOSCRIPT (an earlier test flushed the scripts) did not run: not counted.
-  function counting() {
+  // On node-redis by default; on ioredis (the driver of `{ url }`) where the driver matters.
+  function counting(driver: 'node-redis' | 'ioredis' = 'node-redis') {
     const sent: string[][] = [];
-    const client = {
-      async sendCommand(args: string[]) {
-        try {
-          const reply = await redis.sendCommand(args);
-          sent.push(args);
-          return reply;
-        } catch (error) {
-          if (!String(error).includes('NOSCRIPT')) sent.push(args);
-          throw error;
-        }
-      },
+    const record = async (args: string[], send: () => Promise<unknown>) => {
+      try {
+        const reply = await send();
+        sent.push(args);
+        return reply;
+      } catch (error) {
+        if (!String(error).includes('NOSCRIPT')) sent.push(args);
+        throw error;
+      }
     };
+    const client =
+      driver === 'ioredis'
+        ? { call: (command: string, args: string[]) => record([command, ...args], () => io.call(command, args)) }
+        : { sendCommand: (args: string[]) => record(args, () => redis.sendCommand(args)) };
     return { client, sent };
   }
 
@@ -371,34 +378,39 @@ describe('redis store batches', () => {
   });
 
   it.each([
-    ['a string not in its layout', 'not a record', /is not an oncely record/],
-    ['a value of another type', ['field', 'value'], /WRONGTYPE/],
-  ])('fails only the caller whose key holds %s; the rest of its batch succeeds', async (_, value, message) => {
-    const { client, sent } = counting();
-    const store = redisStore({ client, prefix });
-    const [g1, g2, g3, bad] = [record(), record(), record(), record()];
-    const badKey = recordKey(prefix, bad);
-    if (typeof value === 'string') await redis.set(badKey, value);
-    else await redis.hSet(badKey, value[0] as string, value[1] as string);
-    const outcome = (s: PromiseSettledResult<unknown>) => (s.status === 'fulfilled' ? s.value : String(s.reason));
-    const wrongType = expect.stringMatching(message);
-    const inserts = await Promise.allSettled([g1, bad, g2, g3].map((r) => store.insertOrGet(r)));
-    expect(inserts.map(outcome)).toEqual([
-      { inserted: true, record: g1 },
-      wrongType,
-      { inserted: true, record: g2 },
-      { inserted: true, record: g3 },
-    ]);
-    const held = { fence: 1, states: ['in_progress' as const] };
-    const updates = await Promise.allSettled([g1, bad, g2].map((r) => store.update(r, held, { attempts: 2 })));
-    expect(updates.map(outcome)).toEqual([true, wrongType, true]);
-    expect((await Promise.allSettled([bad, g3].map((r) => store.get(r)))).map(outcome)).toEqual([wrongType, g3]);
-    // Each kind went out as one script run: nothing was retried one by one.
-    expect(sent).toHaveLength(3);
-    // The foreign value is left as it was.
-    if (typeof value === 'string') expect(await redis.get(badKey)).toBe(value);
-    else expect(await redis.hGetAll(badKey)).toEqual({ [value[0] as string]: value[1] });
-  });
+    ['a string not in its layout', 'not a record', /is not an oncely record/, 'node-redis'],
+    ['a value of another type', ['field', 'value'], /WRONGTYPE/, 'node-redis'],
+    ['a string not in its layout', 'not a record', /is not an oncely record/, 'ioredis'],
+    ['a value of another type', ['field', 'value'], /WRONGTYPE/, 'ioredis'],
+  ] as const)(
+    'fails only the caller whose key holds %s; the rest of its batch succeeds (%s)',
+    async (_, value, message, driver) => {
+      const { client, sent } = counting(driver);
+      const store = redisStore({ client, prefix });
+      const [g1, g2, g3, bad] = [record(), record(), record(), record()];
+      const badKey = recordKey(prefix, bad);
+      if (typeof value === 'string') await redis.set(badKey, value);
+      else await redis.hSet(badKey, value[0] as string, value[1] as string);
+      const outcome = (s: PromiseSettledResult<unknown>) => (s.status === 'fulfilled' ? s.value : String(s.reason));
+      const wrongType = expect.stringMatching(message);
+      const inserts = await Promise.allSettled([g1, bad, g2, g3].map((r) => store.insertOrGet(r)));
+      expect(inserts.map(outcome)).toEqual([
+        { inserted: true, record: g1 },
+        wrongType,
+        { inserted: true, record: g2 },
+        { inserted: true, record: g3 },
+      ]);
+      const held = { fence: 1, states: ['in_progress' as const] };
+      const updates = await Promise.allSettled([g1, bad, g2].map((r) => store.update(r, held, { attempts: 2 })));
+      expect(updates.map(outcome)).toEqual([true, wrongType, true]);
+      expect((await Promise.allSettled([bad, g3].map((r) => store.get(r)))).map(outcome)).toEqual([wrongType, g3]);
+      // Each kind went out as one script run: nothing was retried one by one.
+      expect(sent).toHaveLength(3);
+      // The foreign value is left as it was.
+      if (typeof value === 'string') expect(await redis.get(badKey)).toBe(value);
+      else expect(await redis.hGetAll(badKey)).toEqual({ [value[0] as string]: value[1] });
+    },
+  );
 
   it('fails a call Redis does not answer within timeoutMs, connecting included, then connects afresh', async () => {
     const proxy = await redisProxy();
