@@ -114,7 +114,7 @@ export class Oncely {
   private readonly resolvedDefaults: ResolvedOptions;
   private lastOptions: { given: ActionOptions; resolved: ResolvedOptions } | undefined;
   // The last action name that passed validation: most calls repeat the one before.
-  private lastAction = '';
+  private lastAction: string | undefined;
   private readonly cache: ReplayCache | undefined;
   private closed = false;
 
