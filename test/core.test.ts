@@ -156,6 +156,8 @@ describe('action and tenant names of a call', () => {
     let runs = 0;
     const run = (action: unknown, tenant?: unknown) =>
       once.run({ action: action as string, tenant: tenant as string, key: 'k' }, () => ++runs);
+    // On a fresh engine, before any name was accepted.
+    await expect(run('')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     expect((await run('charge')).value).toBe(1);
     for (const bad of ['', '   ', 'tab\there', 'x'.repeat(129), 7, undefined]) {
       await expect(run(bad)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
