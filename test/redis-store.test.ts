@@ -327,6 +327,24 @@ describe('redis store batches', () => {
     expect(sent.slice(1).map((args) => args[2])).toEqual([MAX_BATCH, MAX_BATCH, MAX_BATCH, 2].map(String));
   });
 
+  it('sends every run of a burst before the first one answers, so Redis can work while Node does', async () => {
+    let inFlight = 0;
+    let most = 0;
+    const client = {
+      async call(command: string, args: string[]) {
+        most = Math.max(most, ++inFlight);
+        try {
+          return await io.call(command, args);
+        } finally {
+          inFlight--;
+        }
+      },
+    };
+    const store = redisStore({ client, prefix });
+    await Promise.all(Array.from({ length: 4 * MAX_BATCH }, () => store.insertOrGet(record())));
+    expect(most).toBe(4);
+  });
+
   it('lets the first of 200 concurrent inserts of one id win and shows it to the other 199', async () => {
     const { client, sent } = counting();
     const store = redisStore({ client, prefix });
