@@ -1,3 +1,4 @@
+import { Lru } from '../core/lru.js';
 import type { PublicRecord, RecordId } from '../core/record.js';
 
 /** A finished record as a replay needs it: what callers see, and the stored outcome. */
@@ -14,30 +15,29 @@ interface Finished {
  * first, so memory stays at `max` entries whatever the number of keys.
  */
 export class ReplayCache {
-  // A Map iterates in insertion order; a hit is moved to the end, so the first key is the oldest.
-  private readonly entries = new Map<string, Finished>();
+  private readonly entries: Lru<string, Finished>;
 
-  constructor(private readonly max: number) {}
+  constructor(max: number) {
+    this.entries = new Lru(max);
+  }
 
   /** The finished record of `id` while it still answers replays at `now`. */
   get(id: RecordId, now: number): Finished | undefined {
     const name = nameOf(id);
     const hit = this.entries.get(name);
     if (hit === undefined) return undefined;
-    this.entries.delete(name);
-    if (hit.record.expiresAt !== null && hit.record.expiresAt <= now) return undefined;
-    this.entries.set(name, hit);
+    if (hit.record.expiresAt !== null && hit.record.expiresAt <= now) {
+      this.entries.delete(name);
+      return undefined;
+    }
     return hit;
   }
 
   /** Remembers a record the store holds as succeeded or failed; anything else is not final. */
   set(record: PublicRecord, result: string | null): void {
     if (result === null || (record.state !== 'succeeded' && record.state !== 'failed')) return;
-    const name = nameOf(record);
-    this.entries.delete(name);
     // A copy: the caller hands `record` on to its own caller, who may change it.
-    this.entries.set(name, { record: { ...record }, result });
-    if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value as string);
+    this.entries.set(nameOf(record), { record: { ...record }, result });
   }
 }
 
