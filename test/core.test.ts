@@ -68,8 +68,8 @@ describe('fingerprints', () => {
     for (const text of ['say "hi"', 'a\\b', 'tab\there', '\ud800', 'é😀', 'x'.repeat(100), `${'x'.repeat(70)}"`]) {
       expect(canonicalJson({ [text]: text })).toBe(`{${JSON.stringify(text)}:${JSON.stringify(text)}}`);
     }
-    expect(canonicalJson({ t: true, f: false, n: -0, big: 1e21, nan: Number.NaN, x: -1.5 })).toBe(
-      '{"big":1e+21,"f":false,"n":0,"nan":null,"t":true,"x":-1.5}',
+    expect(canonicalJson({ t: true, f: false, n: -0, big: 1e21, x: -1.5 })).toBe(
+      '{"big":1e+21,"f":false,"n":0,"t":true,"x":-1.5}',
     );
   });
 
@@ -78,6 +78,36 @@ describe('fingerprints', () => {
     loop.self = loop;
     expect(code(() => fingerprint(loop))).toBe('INPUT_NOT_SERIALIZABLE');
     expect(code(() => fingerprint({ n: 1n }))).toBe('INPUT_NOT_SERIALIZABLE');
+  });
+
+  it('defect 11.13: refuses a Map, a Set, a class instance and non-finite numbers instead of hashing them as {} or null', () => {
+    class Account {
+      #balance: number;
+      constructor(balance: number) {
+        this.#balance = balance;
+      }
+      get balance() {
+        return this.#balance;
+      }
+    }
+    for (const input of [
+      new Map([['amount', 1]]),
+      { items: new Set([1, 2]) },
+      [new Account(5)],
+      { amount: Number.POSITIVE_INFINITY },
+      { amount: Number.NaN },
+      [1e309],
+      { n: -Number.MAX_VALUE * 2 },
+      { s: new String('x') },
+    ])
+      // Each used to hash like its empty or null twin, so a different input replayed another's result.
+      expect(code(() => fingerprint(input)), String(input)).toBe('INPUT_NOT_SERIALIZABLE');
+    // Plain objects of either prototype, arrays and a toJSON (Date, Buffer) still hash.
+    const bare = Object.assign(Object.create(null) as object, { a: 1 });
+    expect(fingerprint(bare)).toBe(fingerprint({ a: 1 }));
+    expect(canonicalJson({ at: new Date(0), b: Buffer.from('x'), l: [null] })).toBe(
+      '{"at":"1970-01-01T00:00:00.000Z","b":{"data":[120],"type":"Buffer"},"l":[null]}',
+    );
   });
 });
 

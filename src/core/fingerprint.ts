@@ -4,6 +4,10 @@ import { OncelyError } from './errors.js';
 /**
  * Canonical JSON: object keys sorted at every depth, `undefined` members dropped, `toJSON` honoured,
  * so the same business input always gives the same text whatever order its fields were built in.
+ * Only values JSON keeps as they are: plain objects (prototype Object.prototype or null), arrays,
+ * strings, finite numbers, booleans and null, and objects with a `toJSON` (a Date) by what it
+ * returns. Anything JSON would silently turn into `{}` or `null` (a Map, a Set, a class instance,
+ * Infinity, NaN) is INPUT_NOT_SERIALIZABLE: two different inputs must never hash alike.
  */
 export function canonicalJson(value: unknown): string {
   return write(value, []) ?? 'null';
@@ -20,7 +24,8 @@ function write(value: unknown, path: object[]): string | undefined {
       return value ? 'true' : 'false';
     case 'number':
       // A finite number's JSON is its JavaScript text, without the cost of a JSON.stringify call.
-      return Number.isFinite(value) ? `${value}` : 'null';
+      if (Number.isFinite(value)) return `${value}`;
+      throw new OncelyError('INPUT_NOT_SERIALIZABLE', `input contains the number ${value}, which JSON writes as null`);
     case 'undefined':
     case 'function':
     case 'symbol':
@@ -30,14 +35,25 @@ function write(value: unknown, path: object[]): string | undefined {
   }
   const object = value as { toJSON?: () => unknown };
   if (typeof object.toJSON === 'function') return write(object.toJSON(), path);
+  const array = Array.isArray(object);
+  if (!array) {
+    const proto = Object.getPrototypeOf(object);
+    // A Map, a Set or a class instance keeps its state where JSON does not look: all would be `{}`.
+    if (proto !== Object.prototype && proto !== null)
+      throw new OncelyError(
+        'INPUT_NOT_SERIALIZABLE',
+        `input contains a ${proto?.constructor?.name ?? 'non-plain'} object; pass plain objects, arrays and primitives`,
+      );
+  }
   if (path.includes(object)) throw new OncelyError('INPUT_NOT_SERIALIZABLE', 'input contains a circular reference');
   path.push(object);
   let text: string;
-  if (Array.isArray(object)) {
+  if (array) {
+    const items = object as unknown[];
     text = '[';
-    for (let i = 0; i < object.length; i++) {
+    for (let i = 0; i < items.length; i++) {
       if (i > 0) text += ',';
-      text += write(object[i], path) ?? 'null';
+      text += write(items[i], path) ?? 'null';
     }
     text += ']';
   } else {
