@@ -6,9 +6,9 @@
  */
 import { pathToFileURL } from 'node:url';
 import express, { type NextFunction, type Request, type Response } from 'express';
-import { type IdempotencyOptions, idempotency } from '../src/express/index.js';
-import { createOncely, type Oncely } from '../src/index.js';
-import { sqliteStore } from '../src/sqlite/index.js';
+import { createOncely, type Oncely } from 'oncely';
+import { type IdempotencyOptions, idempotency } from 'oncely/express';
+import { sqliteStore } from 'oncely/sqlite';
 
 /** Builds the example app on an engine; `calls` counts handler executions by route pattern and key. */
 export function createApp({

@@ -8,9 +8,9 @@ import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
 import Fastify, { type FastifyRequest } from 'fastify';
-import { type FastifyIdempotencyOptions, idempotency } from '../src/fastify/index.js';
-import { createOncely, type Oncely } from '../src/index.js';
-import { sqliteStore } from '../src/sqlite/index.js';
+import { createOncely, type Oncely } from 'oncely';
+import { type FastifyIdempotencyOptions, idempotency } from 'oncely/fastify';
+import { sqliteStore } from 'oncely/sqlite';
 
 /** Builds the example app, not listening yet; `calls` counts handler runs by route pattern and key, e.g. `createApp({ once }).app.inject(...)`. */
 export function createApp({

@@ -8,9 +8,9 @@ import { pathToFileURL } from 'node:url';
 import { serve } from '@hono/node-server';
 import { type Context, Hono } from 'hono';
 import { stream } from 'hono/streaming';
-import { type IdempotencyOptions, idempotency } from '../src/hono/index.js';
-import { createOncely, type Oncely } from '../src/index.js';
-import { sqliteStore } from '../src/sqlite/index.js';
+import { createOncely, type Oncely } from 'oncely';
+import { type IdempotencyOptions, idempotency } from 'oncely/hono';
+import { sqliteStore } from 'oncely/sqlite';
 
 /** Builds the example app on an engine; `calls` counts handler executions by route and key. */
 export function createApp({

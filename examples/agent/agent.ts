@@ -11,11 +11,11 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createAgentRuntime, createRegistry, type ToolEnvelope } from '../../src/agent/index.js';
-import { openDb } from '../../src/db/index.js';
-import { createOncely, type RecordStore } from '../../src/index.js';
-import { postgresStore } from '../../src/postgres/index.js';
-import { sqliteStore } from '../../src/sqlite/index.js';
+import { createOncely, type RecordStore } from 'oncely';
+import { createAgentRuntime, createRegistry, type ToolEnvelope } from 'oncely/agent';
+import { openDb } from 'oncely/db';
+import { postgresStore } from 'oncely/postgres';
+import { sqliteStore } from 'oncely/sqlite';
 import { OutboxMailer, sendReviewNotice } from './tools.js';
 
 /** What the run found. */

@@ -2,9 +2,10 @@
  * The example agent's tool: the issue's sendReviewNotice, sending through a mailer that keeps an
  * outbox table and does no deduplication of its own, so every e-mail it holds was really sent.
  */
+
+import { defineTool } from 'oncely/agent';
+import type { Db } from 'oncely/db';
 import { z } from 'zod';
-import { defineTool } from '../../src/agent/index.js';
-import type { Db } from '../../src/db/types.js';
 
 /** A mailer writing each e-mail to `agent_example_outbox`; `delayMs` makes it slow, like SMTP on a bad day. */
 export class OutboxMailer {

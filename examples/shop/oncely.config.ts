@@ -1,4 +1,4 @@
-import type { HostConfig } from '../../src/host/index.js';
+import type { HostConfig } from 'oncely/host';
 
 export default {
   sources: {

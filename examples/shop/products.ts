@@ -1,4 +1,4 @@
-import type { DataStore } from '../../src/host/index.js';
+import type { DataStore } from 'oncely/host';
 import { must } from './shop.js';
 
 /** A product, or a 404 the client sees in the reply envelope. */

@@ -1,4 +1,4 @@
-import type { DataStore, HostEvent, Result } from '../../src/host/index.js';
+import type { DataStore, HostEvent, Result } from 'oncely/host';
 
 /** What the shop's payment provider sends in `data`. */
 export interface OrderEvent {

@@ -10,8 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { openDb } from '../../src/db/index.js';
-import { signStandardWebhook } from '../../src/host/index.js';
+import { openDb } from 'oncely/db';
+import { signStandardWebhook } from 'oncely/host';
 
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const APP = fileURLToPath(new URL('.', import.meta.url));

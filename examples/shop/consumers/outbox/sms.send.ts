@@ -1,4 +1,4 @@
-import type { HostContext, HostEvent } from '../../../../src/host/index.js';
+import type { HostContext, HostEvent } from 'oncely/host';
 import { must } from '../../shop.js';
 
 /**

@@ -1,4 +1,4 @@
-import type { HostContext, HostEvent } from '../../../../src/host/index.js';
+import type { HostContext, HostEvent } from 'oncely/host';
 import { byOrder, loadOrder, must, orderOf } from '../../shop.js';
 
 /** A payment older than the order's stored version (a refund came first) is stale and not applied. */

@@ -1,4 +1,4 @@
-import type { HostContext, HostEvent } from '../../../../src/host/index.js';
+import type { HostContext, HostEvent } from 'oncely/host';
 import { byOrder, loadOrder, must, orderOf } from '../../shop.js';
 
 /** Refunds carry a newer version than payments, so a payment arriving after its refund is stale. */

@@ -1,4 +1,4 @@
-import type { HostContext } from '../../../../src/host/index.js';
+import type { HostContext } from 'oncely/host';
 import { loadProduct } from '../../products.js';
 import { must } from '../../shop.js';
 
