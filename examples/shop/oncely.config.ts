@@ -1,12 +1,23 @@
+import { OncelyError } from 'oncely';
 import type { HostConfig } from 'oncely/host';
+
+// Public (it is in this file), so only a local demo may use it: ONCELY_DEMO=1 (`npm run storm`,
+// `ONCELY_DEMO=1 npx oncely serve examples/shop`). Anything else needs SHOP_WEBHOOK_SECRET.
+const DEMO_SECRET = 'whsec_c2hvcC1leGFtcGxlLXdlYmhvb2stc2VjcmV0';
+
+function webhookSecret(): string {
+  const secret = process.env.SHOP_WEBHOOK_SECRET;
+  if (secret) return secret;
+  if (process.env.ONCELY_DEMO === '1') return DEMO_SECRET;
+  throw new OncelyError(
+    'CONFIG_INVALID',
+    'SHOP_WEBHOOK_SECRET is not set (ONCELY_DEMO=1 runs the shop locally with its public demo secret)',
+  );
+}
 
 export default {
   sources: {
-    // The fallback secret is for a first run on a laptop; a deployment sets SHOP_WEBHOOK_SECRET.
-    shop: {
-      kind: 'standard-webhooks',
-      secret: process.env.SHOP_WEBHOOK_SECRET ?? 'whsec_c2hvcC1leGFtcGxlLXdlYmhvb2stc2VjcmV0',
-    },
+    shop: { kind: 'standard-webhooks', secret: webhookSecret() },
   },
   tenant: (headers) => headers['x-account'],
   // Short lease: a host killed mid-consumer hands its events over within seconds.

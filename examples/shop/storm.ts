@@ -32,7 +32,9 @@ export interface StormReport {
 }
 
 function startHost(db: string): Promise<HostProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', APP, '--db', db, '--port', '0']);
+  // A local demo: without SHOP_WEBHOOK_SECRET the hosts use the shop's public demo secret, as SECRET does.
+  const env = { ONCELY_DEMO: '1', ...process.env };
+  const child = spawn(process.execPath, [CLI, 'serve', APP, '--db', db, '--port', '0'], { env });
   let stderr = '';
   child.stderr.on('data', (chunk) => {
     stderr = (stderr + chunk).slice(-4000);

@@ -16,6 +16,7 @@ export function createTables(dialect: Dialect): string[] {
       event_id TEXT NOT NULL,
       type TEXT NOT NULL,
       payload TEXT NOT NULL,
+      body_hash TEXT,
       status TEXT NOT NULL,
       attempts INTEGER NOT NULL DEFAULT 0,
       next_attempt_at ${big} NOT NULL,
@@ -42,6 +43,18 @@ export function createTables(dialect: Dialect): string[] {
   ];
 }
 
+/**
+ * Whether oncely_events has its body_hash column (added after the first version; rows stored
+ * before keep NULL and are compared by their payload instead). No row means it must be added.
+ */
+export function bodyHashColumn(dialect: Dialect): string {
+  return dialect === 'postgres'
+    ? "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('oncely_events') AND attname = 'body_hash' AND NOT attisdropped"
+    : "SELECT name FROM pragma_table_info('oncely_events') WHERE name = 'body_hash'";
+}
+
+export const addBodyHash = 'ALTER TABLE oncely_events ADD COLUMN body_hash TEXT';
+
 /** Serializes concurrent migrations of several PostgreSQL processes (IF NOT EXISTS alone races), per schema. */
 export const migrationLock = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.oncely_events'))";
 
@@ -52,13 +65,18 @@ export const migrationLock = "SELECT pg_advisory_xact_lock(hashtext(current_sche
  */
 export const tablesExist = `SELECT to_regclass('oncely_events') IS NOT NULL AND to_regclass('oncely_events_open') IS NOT NULL
   AND to_regclass('oncely_events_dead') IS NOT NULL AND to_regclass('oncely_event_versions') IS NOT NULL
-  AND to_regclass('oncely_event_counters') IS NOT NULL AS ready`;
+  AND to_regclass('oncely_event_counters') IS NOT NULL
+  AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('oncely_events') AND attname = 'body_hash' AND NOT attisdropped) AS ready`;
 
-/** Params: source, event_id, type, payload, now (next_attempt_at), now (received_at), now (updated_at). */
+/** Params: source, event_id, type, payload, body_hash, now (next_attempt_at), now (received_at), now (updated_at). */
 export const insertEvent = `INSERT INTO oncely_events
-  (source, event_id, type, payload, status, attempts, next_attempt_at, received_at, updated_at)
-  VALUES (?, ?, ?, ?, 'pending', 0, ?, ?, ?)
+  (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
   ON CONFLICT (source, event_id) DO NOTHING`;
+
+/** What a duplicate is compared with; the payload only for rows stored before body_hash. Params: source, event_id. */
+export const readBodyHash = `SELECT type, body_hash, CASE WHEN body_hash IS NULL THEN payload END AS payload
+  FROM oncely_events WHERE source = ? AND event_id = ?`;
 
 /** Params: outcome, shard. */
 export const countOutcome = `INSERT INTO oncely_event_counters (outcome, shard, count) VALUES (?, ?, 1)

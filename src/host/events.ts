@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
@@ -32,9 +33,19 @@ export interface EventQueueOptions {
   pollMs?: number;
   /** Errors of the queue itself (database down, a claim refused); default console.error. */
   onError?: (error: unknown) => void;
+  /** One line per conflict (an event id arriving again with another body); default console.warn. */
+  onConflict?: (message: string) => void;
 }
 
-const OUTCOMES: readonly EventOutcome[] = ['accepted', 'duplicate', 'applied', 'stale', 'retrying', 'dead_lettered'];
+const OUTCOMES: readonly EventOutcome[] = [
+  'accepted',
+  'duplicate',
+  'conflict',
+  'applied',
+  'stale',
+  'retrying',
+  'dead_lettered',
+];
 // Spreads PostgreSQL's counter updates over rows, so concurrent intakes do not queue on one row lock.
 const COUNTER_SHARDS = 16;
 const MAX_ERROR_LENGTH = 2_000;
@@ -65,6 +76,7 @@ export class EventQueue {
   private readonly batchSize: number;
   private readonly pollMs: number;
   private readonly onError: (error: unknown) => void;
+  private readonly onConflict: (message: string) => void;
   private readonly inFlight = new Set<Promise<void>>();
   private loop: Promise<void> | undefined;
   private stopping = false;
@@ -82,6 +94,7 @@ export class EventQueue {
     this.batchSize = positive(options.batchSize ?? 16, 'batchSize');
     this.pollMs = positive(options.pollMs ?? 250, 'pollMs');
     this.onError = options.onError ?? ((error) => console.error('oncely event queue:', error));
+    this.onConflict = options.onConflict ?? ((message) => console.warn(message));
   }
 
   /** Creates the queue's tables if missing; safe to run from several processes at once. */
@@ -93,27 +106,41 @@ export class EventQueue {
       if (tx.dialect === 'postgres') await tx.all(q.migrationLock);
       if (await ready(tx)) return;
       for (const statement of q.createTables(tx.dialect)) await tx.run(statement);
+      // Tables made by an earlier version lack body_hash: CREATE TABLE IF NOT EXISTS left them as they were.
+      if ((await tx.all(q.bodyHashColumn(tx.dialect))).length === 0) await tx.run(q.addBodyHash);
     });
   }
 
   /**
    * Stores an event unless (source, id) is already stored. Pass `tx` to store it in the caller's
-   * transaction (an outbox relay, a handler); otherwise it commits before this resolves.
+   * transaction (an outbox relay, a handler); otherwise it commits before this resolves. A repeat
+   * whose type and data differ from the stored event is a `conflict`: counted, logged, not stored.
    */
-  async intake(source: string, id: string, type: string, data: unknown, tx?: Sql): Promise<'accepted' | 'duplicate'> {
+  async intake(
+    source: string,
+    id: string,
+    type: string,
+    data: unknown,
+    tx?: Sql,
+  ): Promise<'accepted' | 'duplicate' | 'conflict'> {
     validateKey(id);
     if (typeof source !== 'string' || source.length === 0 || source.includes('/'))
       throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
     const payload = JSON.stringify(data ?? null);
+    const hash = bodyHash(type, payload);
     const store = async (sql: Sql) => {
       const now = Date.now();
-      const inserted = await sql.run(q.insertEvent, [source, id, type, payload, now, now, now]);
-      const outcome = inserted > 0 ? 'accepted' : 'duplicate';
+      const inserted = await sql.run(q.insertEvent, [source, id, type, payload, hash, now, now, now]);
+      const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await this.count(sql, outcome);
       return outcome;
     };
     const outcome = tx ? await store(tx) : await this.db.transaction(store);
     if (outcome === 'accepted') this.wake();
+    if (outcome === 'conflict')
+      this.onConflict(
+        `oncely event queue: ${source}/${id} arrived again with another body (conflict); the first is kept`,
+      );
     return outcome;
   }
 
@@ -308,10 +335,27 @@ export class EventQueue {
     if (!dead) setTimeout(() => this.wake(), next - now).unref();
   }
 
+  /** A repeat of a stored event: a plain duplicate, or a conflict when its body differs. */
+  private async repeated(sql: Sql, source: string, id: string, hash: string): Promise<'duplicate' | 'conflict'> {
+    const [row] = await sql.all<{ body_hash: string | null; type: string; payload: string | null }>(q.readBodyHash, [
+      source,
+      id,
+    ]);
+    if (!row) return 'duplicate';
+    const stored = row.body_hash ?? bodyHash(row.type, row.payload ?? 'null');
+    return stored === hash ? 'duplicate' : 'conflict';
+  }
+
   private async count(tx: Sql, outcome: EventOutcome): Promise<void> {
     const shard = tx.dialect === 'postgres' ? Math.floor(Math.random() * COUNTER_SHARDS) : 0;
     await tx.run(q.countOutcome, [outcome, shard]);
   }
+}
+
+// The stored JSON text, not the raw body: a sender's retry sends the same bytes, which parse and
+// serialize to the same text, and the outbox (which has no raw body) is compared the same way.
+function bodyHash(type: string, payload: string): string {
+  return createHash('sha256').update(type).update('\n').update(payload).digest('hex');
 }
 
 function describe(error: unknown): string {

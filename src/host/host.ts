@@ -14,7 +14,7 @@ import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, invoke } from './invoke.js';
 import { OUTBOX_DDL, OutboxRelay } from './outbox.js';
 import { type AppSchema, readSchema } from './schema.js';
-import { readWebhook } from './webhooks.js';
+import { readWebhook, validateSources } from './webhooks.js';
 
 /** A running app: its HTTP routes, event consumers and outbox relay on one database. */
 export interface Host {
@@ -38,6 +38,7 @@ const APP_SCHEMA_DDL =
 
 /** Builds the host of a loaded app on a database. `store` is the engine's record store on that same database. */
 export async function createHost(app: App, db: Db, store: RecordStore): Promise<Host> {
+  validateSources(app.config);
   const once = await createOncely({ store, tenant: 'default' });
   let schema: AppSchema | undefined;
   const currentSchema = () => {
@@ -110,7 +111,9 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   });
   http.post('/v1/webhooks/:source', async (c) => {
     const name = c.req.param('source');
-    const source = app.config.sources?.[name];
+    // Own keys only: `__proto__` or `toString` must be unknown sources, not Object.prototype's members.
+    const sources = app.config.sources ?? {};
+    const source = Object.hasOwn(sources, name) ? sources[name] : undefined;
     if (!source)
       return send(envelope(404, { error: { code: 'SOURCE_UNKNOWN', message: `no webhook source ${name}` } }));
     const body = Buffer.from(await c.req.arrayBuffer());
@@ -118,7 +121,9 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     if (!read.ok) return send(envelope(read.status, { error: { code: read.code, message: read.message } }));
     // Persisted before the answer: a 2xx means the event survives a crash from here on.
     const outcome = await events.intake(name, read.id, read.type, read.data);
-    return c.json({ code: 0, data: { id: read.id, outcome, duplicate: outcome === 'duplicate' } });
+    // A conflict (same id, another body) is still 2xx: the sender's retries would not change the stored event.
+    const duplicate = outcome !== 'accepted';
+    return c.json({ code: 0, data: { id: read.id, outcome, duplicate, conflict: outcome === 'conflict' } });
   });
 
   let server: ServerType | undefined;

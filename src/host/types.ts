@@ -63,5 +63,8 @@ export interface HostEvent {
   attempt: number;
 }
 
-/** What happened to an event, as counted by the host. */
-export type EventOutcome = 'accepted' | 'duplicate' | 'applied' | 'stale' | 'retrying' | 'dead_lettered';
+/**
+ * What happened to an event, as counted by the host. `conflict`: a duplicate id whose body differs
+ * from the stored one (the stored event is kept, the new body dropped).
+ */
+export type EventOutcome = 'accepted' | 'duplicate' | 'conflict' | 'applied' | 'stale' | 'retrying' | 'dead_lettered';

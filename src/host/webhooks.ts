@@ -1,51 +1,181 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { type ErrorCode, OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 
 /**
  * How one source sends its events: where the event id and type are, and how requests are signed.
+ * Every source is verified, or says `unsigned: true`: a missing secret never means "accept anything".
  * @example
- * const github: SourceConfig = { kind: 'id-header', idHeader: 'X-GitHub-Delivery', typeHeader: 'X-GitHub-Event', secret: process.env.GITHUB_SECRET };
+ * const github: SourceConfig = { kind: 'id-header', idHeader: 'X-GitHub-Delivery', typeHeader: 'X-GitHub-Event', secret: env('GITHUB_SECRET') };
+ * const stripe: SourceConfig = { kind: 'id-field', idField: 'id', typeField: 'type', verify: 'stripe', secret: env('STRIPE_WEBHOOK_SECRET') };
  */
 export type SourceConfig =
   | {
       /** Standard Webhooks (standardwebhooks.com): `webhook-id`, `webhook-timestamp`, `webhook-signature`. */
       kind: 'standard-webhooks';
-      /** `whsec_<base64 key>`; several while a secret is rotated. */
+      /** `whsec_<base64 key>` (a key of at least 16 bytes); several while a secret is rotated. */
       secret: string | readonly string[];
       /** How far `webhook-timestamp` may be from now, either way; default 300. */
       toleranceSeconds?: number;
       /** Top-level body field holding the event type; default `type`. */
       typeField?: string;
     }
-  | {
-      /** The event id is a header (GitHub's `X-GitHub-Delivery`); optionally an HMAC-SHA256 of the body. */
+  | ({
+      /** The event id is a header (GitHub's `X-GitHub-Delivery`); requests carry an HMAC-SHA256 of the body. */
       kind: 'id-header';
       idHeader: string;
       /** Header holding the type (GitHub's `X-GitHub-Event`); else `typeField` of the body. */
       typeHeader?: string;
       typeField?: string;
-      /** Header holding `sha256=<hex>`; default `X-Hub-Signature-256`. Checked only when `secret` is set. */
+      /** Header holding `sha256=<hex>`; default `X-Hub-Signature-256`. */
       hmacHeader?: string;
-      secret?: string | readonly string[];
-    }
-  | {
+    } & (
+      | {
+          /** The HMAC key (at least 16 characters); several while it is rotated. */ secret: string | readonly string[];
+          unsigned?: never;
+        }
+      | {
+          /** Accepts requests nobody signed: anyone who reaches the route can post events. */ unsigned: true;
+          secret?: never;
+        }
+    ))
+  | ({
       /** The event id and type are top-level body fields (Stripe's event `id` and `type`). */
       kind: 'id-field';
       idField: string;
       typeField: string;
-    };
+    } & (
+      | {
+          /** Stripe's `Stripe-Signature`: `t=<unix>,v1=<hex>`, an HMAC-SHA256 of `${t}.${body}`. */
+          verify: 'stripe';
+          /** The endpoint's signing secret, `whsec_...`; several while it is rolled. */
+          secret: string | readonly string[];
+          /** How far `t` may be from now, either way; default 300. */
+          toleranceSeconds?: number;
+          unsigned?: never;
+        }
+      | {
+          /** Accepts requests nobody signed: anyone who reaches the route can post events. */ unsigned: true;
+          verify?: never;
+          secret?: never;
+        }
+    ));
 
 /** A request read as an event, or why it was refused (401: not authentic, 400: not readable). */
 export type ReadResult =
   | { ok: true; id: string; type: string; data: unknown }
-  | { ok: false; status: 400 | 401; code: string; message: string };
+  | { ok: false; status: 400 | 401; code: ErrorCode; message: string };
 
-/** Default tolerance of Standard Webhooks timestamps, in seconds. */
+/** Default tolerance of signed timestamps (Standard Webhooks, Stripe), in seconds. */
 export const DEFAULT_TOLERANCE_SECONDS = 300;
+
+/**
+ * The shortest HMAC key accepted, in bytes (characters for GitHub and Stripe secrets): 128 bits.
+ * Standard Webhooks senders generate 24 to 64 bytes; under 16 is a typo or a toy, not a secret.
+ */
+export const MIN_KEY_BYTES = 16;
+
+/** Source names the webhook route may not use: the outbox delivers its messages as source `outbox`. */
+export const RESERVED_SOURCES: readonly string[] = ['outbox'];
+
+// A plain token, as consumer folders are named (`consumers/<source>/<type>.ts`).
+const SOURCE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/i;
 
 type Refusal = Extract<ReadResult, { ok: false }>;
 
-const refuse = (status: 400 | 401, code: string, message: string): Refusal => ({ ok: false, status, code, message });
+const refuse = (status: 400 | 401, code: ErrorCode, message: string): Refusal => ({ ok: false, status, code, message });
+
+/**
+ * Checks every webhook source of an app before it serves: names are plain tokens and not reserved,
+ * each source is verified (with a usable secret and tolerance) or says `unsigned: true`. Throws
+ * CONFIG_INVALID naming the source and field; warns once per unsigned source.
+ * @example validateSources(app.config); // at host creation, before any request
+ */
+export function validateSources(
+  config: { sources?: Record<string, SourceConfig> },
+  warn: (message: string) => void = console.warn,
+): void {
+  const sources: unknown = config.sources;
+  if (sources === undefined) return;
+  if (typeof sources !== 'object' || sources === null || Array.isArray(sources))
+    throw new OncelyError('CONFIG_INVALID', 'config.sources must be an object of webhook sources by name');
+  for (const [name, source] of Object.entries(sources as Record<string, unknown>)) {
+    const fail = (field: string, problem: string): never => {
+      throw new OncelyError('CONFIG_INVALID', `webhook source "${name}": ${field} ${problem}`);
+    };
+    if (!SOURCE_NAME.test(name))
+      fail(
+        'name',
+        'must be a plain token: letters, digits, ".", "_" or "-", at most 64, starting with a letter or digit',
+      );
+    if (RESERVED_SOURCES.includes(name.toLowerCase()))
+      fail('name', `is reserved: the outbox delivers its messages as source "${name.toLowerCase()}"`);
+    if (typeof source !== 'object' || source === null) fail('config', 'must be an object');
+    const s = source as Record<string, unknown>;
+    const text = (field: string, required: boolean) => {
+      if (s[field] === undefined && !required) return;
+      if (typeof s[field] !== 'string' || s[field] === '') fail(field, 'must be a non-empty string');
+    };
+    const tolerance = () => {
+      const t = s.toleranceSeconds;
+      if (t !== undefined && (typeof t !== 'number' || !Number.isFinite(t) || t <= 0))
+        fail('toleranceSeconds', `must be a positive number of seconds, not ${String(t)}`);
+    };
+    const secretList = (check: (secret: string) => string | undefined) => {
+      const list = typeof s.secret === 'string' ? [s.secret] : s.secret;
+      if (!Array.isArray(list) || list.length === 0)
+        fail(
+          'secret',
+          'is missing (is its environment variable set?); or say unsigned: true to accept unsigned events',
+        );
+      for (const [i, secret] of (list as unknown[]).entries()) {
+        const field = typeof s.secret === 'string' ? 'secret' : `secret[${i}]`;
+        if (typeof secret !== 'string' || secret === '') fail(field, 'is empty (is its environment variable set?)');
+        const problem = check(secret as string);
+        if (problem) fail(field, problem);
+      }
+    };
+    const characters = (secret: string) =>
+      secret.length < MIN_KEY_BYTES ? `has ${secret.length} characters, fewer than ${MIN_KEY_BYTES}` : undefined;
+    const unsigned = () => {
+      if (s.unsigned === undefined) return false;
+      if (s.unsigned !== true) fail('unsigned', 'must be true or left out');
+      if (s.secret !== undefined || s.verify !== undefined) fail('unsigned', 'cannot be combined with a secret');
+      return true;
+    };
+    switch (s.kind) {
+      case 'standard-webhooks':
+        if (s.unsigned !== undefined) fail('unsigned', 'does not apply: Standard Webhooks are always signed');
+        secretList(standardSecretProblem);
+        tolerance();
+        text('typeField', false);
+        break;
+      case 'id-header':
+        text('idHeader', true);
+        text('typeHeader', false);
+        text('typeField', false);
+        text('hmacHeader', false);
+        if (!unsigned()) secretList(characters);
+        break;
+      case 'id-field':
+        text('idField', true);
+        text('typeField', true);
+        if (unsigned()) break;
+        if (s.verify !== 'stripe') fail('verify', "must be 'stripe' (with its secret), or say unsigned: true");
+        secretList((secret) =>
+          secret.startsWith('whsec_') ? characters(secret.slice(6)) : 'is not a Stripe endpoint secret (whsec_...)',
+        );
+        tolerance();
+        break;
+      default:
+        fail('kind', "must be 'standard-webhooks', 'id-header' or 'id-field'");
+    }
+    if (s.unsigned === true)
+      warn(
+        `oncely: webhook source "${name}" is unsigned: anyone who can reach /v1/webhooks/${name} can post its events`,
+      );
+  }
+}
 
 /**
  * Reads and verifies one webhook request. Nothing is stored here: a refusal means the caller
@@ -72,7 +202,8 @@ export function readWebhook(
       );
     }
     case 'id-header': {
-      if (source.secret !== undefined) {
+      // Verified unless the source says unsigned: a secret missing from the config fails closed.
+      if (source.unsigned !== true) {
         const name = (source.hmacHeader ?? 'X-Hub-Signature-256').toLowerCase();
         if (!verifyBodyHmac(secrets(source.secret), header[name], rawBody))
           return refuse(401, 'SIGNATURE_INVALID', `header ${name} is missing or does not match the body`);
@@ -89,12 +220,22 @@ export function readWebhook(
         },
       );
     }
-    case 'id-field':
+    case 'id-field': {
+      if (source.verify === 'stripe') {
+        const refused = verifyStripe(source, header['stripe-signature'], rawBody, now);
+        if (refused) return refused;
+      } else if (source.unsigned !== true)
+        return refuse(
+          401,
+          'SIGNATURE_INVALID',
+          "the source has no verification: set verify: 'stripe' or unsigned: true",
+        );
       return readEvent(
         rawBody,
         (body) => ({ id: body[source.idField], from: `body field "${source.idField}"` }),
         (body) => typeFrom(body, source.typeField),
       );
+    }
   }
 }
 
@@ -119,6 +260,16 @@ export function signBodyHmac(secret: string, body: string | Buffer): string {
   return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
 }
 
+/**
+ * Signs a body as Stripe does: the value of `Stripe-Signature`.
+ * @param timestamp seconds since the epoch
+ * @example
+ * fetch(url, { method: 'POST', body, headers: { 'stripe-signature': signStripeWebhook(secret, Math.floor(Date.now() / 1000), body) } });
+ */
+export function signStripeWebhook(secret: string, timestamp: number | string, body: string | Buffer): string {
+  return `t=${timestamp},v1=${stripeHmac(secret, String(timestamp), body).toString('hex')}`;
+}
+
 function verifyStandardWebhook(
   source: Extract<SourceConfig, { kind: 'standard-webhooks' }>,
   header: Record<string, string>,
@@ -132,19 +283,56 @@ function verifyStandardWebhook(
     return refuse(401, 'SIGNATURE_INVALID', 'headers webhook-id, webhook-timestamp and webhook-signature are required');
   if (!/^\d{1,15}$/.test(timestamp))
     return refuse(401, 'SIGNATURE_INVALID', 'webhook-timestamp must be whole seconds since the epoch');
-  const tolerance = source.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
-  // Both ways: an old timestamp is a replay, a future one would stay "fresh" for too long.
-  if (Math.abs(now / 1000 - Number(timestamp)) > tolerance)
-    return refuse(401, 'TIMESTAMP_OUT_OF_TOLERANCE', `webhook-timestamp is more than ${tolerance}s from now`);
+  const late = lateness(source.toleranceSeconds, timestamp, now, 'webhook-timestamp');
+  if (late) return late;
   const given = signature
     .split(' ')
     .filter((s) => s.startsWith('v1,'))
     .map((s) => Buffer.from(s.slice(3), 'base64'));
-  for (const secret of secrets(source.secret)) {
+  // An unusable key (empty after decoding, or short) verifies nothing, even if start-up checks were skipped.
+  for (const secret of secrets(source.secret).filter((s) => standardSecretProblem(s) === undefined)) {
     const expected = standardHmac(secretKey(secret), id, timestamp, rawBody);
     if (given.some((g) => g.length === expected.length && timingSafeEqual(g, expected))) return undefined;
   }
   return refuse(401, 'SIGNATURE_INVALID', 'no v1 signature in webhook-signature matches a configured secret');
+}
+
+function verifyStripe(
+  source: { secret: string | readonly string[]; toleranceSeconds?: number },
+  signature: string | undefined,
+  rawBody: Buffer,
+  now: number,
+): Refusal | undefined {
+  if (!signature) return refuse(401, 'SIGNATURE_INVALID', 'header Stripe-Signature is required');
+  const stamps: string[] = [];
+  const given: Buffer[] = [];
+  for (const item of signature.split(',')) {
+    const at = item.indexOf('=');
+    const [name, value] = [item.slice(0, at).trim(), item.slice(at + 1).trim()];
+    if (name === 't') stamps.push(value);
+    // Other schemes (v0 is Stripe's test-mode legacy) are ignored, as Stripe's libraries do.
+    else if (name === 'v1' && /^[0-9a-fA-F]{64}$/.test(value)) given.push(Buffer.from(value, 'hex'));
+  }
+  const [timestamp] = stamps;
+  if (stamps.length !== 1 || timestamp === undefined || !/^\d{1,15}$/.test(timestamp))
+    return refuse(401, 'SIGNATURE_INVALID', 'Stripe-Signature must carry one t=<seconds since the epoch>');
+  const late = lateness(source.toleranceSeconds, timestamp, now, 'Stripe-Signature t');
+  if (late) return late;
+  for (const secret of secrets(source.secret)) {
+    const expected = stripeHmac(secret, timestamp, rawBody);
+    if (given.some((g) => timingSafeEqual(g, expected))) return undefined;
+  }
+  return refuse(401, 'SIGNATURE_INVALID', 'no v1 signature in Stripe-Signature matches a configured secret');
+}
+
+/** A refusal when `timestamp` (seconds) is further from now than the tolerance, either way. */
+function lateness(toleranceSeconds: number | undefined, timestamp: string, now: number, what: string) {
+  const tolerance = toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
+  // Both ways: an old timestamp is a replay, a future one would stay "fresh" for too long. Written
+  // as "not within" so that a NaN tolerance refuses everything instead of disabling the window.
+  if (!(Math.abs(now / 1000 - Number(timestamp)) <= tolerance))
+    return refuse(401, 'TIMESTAMP_OUT_OF_TOLERANCE', `${what} is more than ${tolerance}s from now`);
+  return undefined;
 }
 
 function verifyBodyHmac(keys: readonly string[], signature: string | undefined, rawBody: Buffer): boolean {
@@ -155,6 +343,11 @@ function verifyBodyHmac(keys: readonly string[], signature: string | undefined, 
   return keys.some((key) => timingSafeEqual(given, createHmac('sha256', key).update(rawBody).digest()));
 }
 
+// Stripe uses the whole endpoint secret, `whsec_` included, as the UTF-8 key (it is not base64).
+function stripeHmac(secret: string, timestamp: string, body: string | Buffer): Buffer {
+  return createHmac('sha256', secret).update(`${timestamp}.`).update(body).digest();
+}
+
 function standardHmac(key: Buffer, id: string, timestamp: string, body: string | Buffer): Buffer {
   return createHmac('sha256', key).update(`${id}.${timestamp}.`).update(body).digest();
 }
@@ -162,6 +355,19 @@ function standardHmac(key: Buffer, id: string, timestamp: string, body: string |
 // As the reference libraries do: the `whsec_` prefix is optional, the rest is the base64 key.
 function secretKey(secret: string): Buffer {
   return Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+}
+
+/**
+ * Why a Standard Webhooks secret is unusable, or undefined. Node decodes any text as base64,
+ * skipping what is not, so `whsec_` or a typo would give an empty or short key anyone can sign with.
+ */
+function standardSecretProblem(secret: string): string | undefined {
+  const text = secret.startsWith('whsec_') ? secret.slice(6) : secret;
+  const unpadded = text.replace(/=+$/, '');
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || secretKey(secret).toString('base64').replace(/=+$/, '') !== unpadded)
+    return 'is not whsec_ followed by base64';
+  const bytes = secretKey(secret).length;
+  return bytes < MIN_KEY_BYTES ? `decodes to ${bytes} bytes, fewer than ${MIN_KEY_BYTES}` : undefined;
 }
 
 // Fails closed: a secret missing from the environment verifies nothing, rather than everything.

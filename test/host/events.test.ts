@@ -96,6 +96,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
       expect(await queue.stats()).toEqual({
         accepted: 2,
         duplicate: 1,
+        conflict: 0,
         applied: 0,
         stale: 0,
         retrying: 0,
