@@ -1,4 +1,5 @@
 import type { Sql } from '../db/types.js';
+import { Operator } from './operators.js';
 import { type AppSchema, type ColumnSchema, findTable, quoteIdent, type TableSchema } from './schema.js';
 import type { DataStore, Result } from './types.js';
 import { decodeRow, encode, Refusal } from './values.js';
@@ -209,24 +210,30 @@ export function createDataStore(tx: Sql, schema: AppSchema, options: DataStoreOp
     update: (tableName, where, patch) =>
       call(async () => {
         const table = tableOf(tableName);
-        // `{ increment: n }` changes a number relative to its stored value, in the statement itself,
-        // so concurrent writers (stock, balances) never lose each other's changes.
-        const relative: [ColumnSchema, number][] = [];
+        if (!isRecord(patch)) throw new Refusal('VALUE_INVALID', 'patch must be an object');
+        // `op.increment(n)` changes a number relative to its stored value, in the statement itself,
+        // so concurrent writers (stock, balances) never lose each other's changes. Only `op` builds
+        // one: a plain `{ increment: n }` from a request body is a value, and a scalar column refuses it.
+        const relative: [ColumnSchema, unknown][] = [];
         const plain: Record<string, unknown> = {};
         for (const [name, value] of Object.entries(patch)) {
-          const step = (value as { increment?: unknown } | null)?.increment;
-          if (typeof value !== 'object' || value === null || Object.keys(value).length !== 1 || step === undefined) {
+          const parts = Operator.partsOf(value);
+          if (parts === undefined) {
             plain[name] = value;
             continue;
           }
           const column = columnOf(table, name);
+          const step = parts.length === 1 && parts[0]?.kind === 'increment' ? parts[0].value : undefined;
+          if (step === undefined)
+            throw new Refusal('VALUE_INVALID', `patch.${name}: op.increment is the only patch operator`);
           if (
-            typeof step !== 'number' ||
-            !Number.isFinite(step) ||
-            !['integer', 'real', 'numeric'].includes(column.kind)
-          )
-            throw new Refusal('VALUE_INVALID', `patch.${name}: increment needs a finite number and a numeric column`);
-          relative.push([column, step]);
+            !['integer', 'real', 'numeric'].includes(column.kind) ||
+            (typeof step !== 'number' && typeof step !== 'bigint')
+          ) {
+            throw new Refusal('VALUE_INVALID', `patch.${name}: op.increment needs a number and a numeric column`);
+          }
+          // The column's own checks: an integer column takes whole steps in its range, on SQLite too.
+          relative.push([column, encode(column, step, dialect)]);
         }
         const set = values(table, plain, 'patch');
         const condition = whereSql(table, where, dialect);

@@ -3,6 +3,7 @@ export { defineConfig, env, type HostConfig } from './config.js';
 export type { HostContext, HostLog } from './context.js';
 export type { Host } from './host.js';
 export { openHost } from './open.js';
+export { type Operator, op } from './operators.js';
 export type { OutboxMessage, OutboxTarget } from './outbox.js';
 export type { Condition, DataStore, EventOutcome, HostEvent, Result, Where } from './types.js';
 export { type SourceConfig, signStandardWebhook } from './webhooks.js';

@@ -1,19 +1,14 @@
 import type { Sql } from '../db/types.js';
+import type { Operator } from './operators.js';
 
 /** Answer of every store primitive: never thrown for expected outcomes. */
 export type Result<T> = { ok: true; data: T } | { ok: false; error: { code: string; message: string } };
 
-/** Comparison operators of `where`: a plain value means `eq`. */
-export type Condition =
-  | unknown
-  | { eq: unknown }
-  | { ne: unknown }
-  | { in: readonly unknown[] }
-  | { lt: unknown }
-  | { lte: unknown }
-  | { gt: unknown }
-  | { gte: unknown }
-  | { isNull: boolean };
+/**
+ * A column's condition in a `where`: an operator built by `op` (`op.ne(x)`, `op.in([...])`), or a
+ * plain value, which means equality. A plain object or array is a value too, never an operator.
+ */
+export type Condition = Operator | unknown;
 
 /** Columns (camelCase) to conditions, all of which must hold. */
 export type Where = Record<string, Condition>;
@@ -26,7 +21,10 @@ export interface DataStore {
     record: Record<string, unknown>,
     uniqueBy: readonly string[],
   ): Promise<Result<{ record: Record<string, unknown>; created: boolean }>>;
-  /** Updates the rows matching `where`; `affected === 1` means this caller won the transition. */
+  /**
+   * Updates the rows matching `where`; `affected === 1` means this caller won the transition. A
+   * patch value `op.increment(n)` adds to the stored number in the statement itself.
+   */
   update(table: string, where: Where, patch: Record<string, unknown>): Promise<Result<{ affected: number }>>;
   /**
    * Applies `patch` to the row identified by `keyFields` only if `version` is newer than the stored

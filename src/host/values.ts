@@ -1,4 +1,5 @@
 import type { Sql } from '../db/types.js';
+import { Operator } from './operators.js';
 import type { ColumnSchema, TableSchema } from './schema.js';
 
 /** An expected refusal of a store call: becomes `{ ok: false, error }`, never reaches the caller as a throw. */
@@ -77,9 +78,25 @@ function numeric(column: ColumnSchema, value: unknown, dialect: Sql['dialect']):
   if (typeof value === 'boolean') return value ? 1 : 0;
   if (value instanceof Date) return epochMs(column, value);
   if (typeof value === 'string' && /^\s*-?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*$/i.test(value)) {
-    return column.kind === 'real' ? Number(value) : value.trim();
+    // PostgreSQL's numeric holds "1e309" exactly; a double (and SQLite's numeric affinity, which
+    // converts the text to one) would store Infinity.
+    if (column.kind === 'numeric' && dialect === 'postgres') return value.trim();
+    const number = Number(value);
+    if (!Number.isFinite(number)) throw invalid(column, value, 'is out of range');
+    return column.kind === 'real' ? number : value.trim();
   }
   throw invalid(column, value, 'is not a number');
+}
+
+/** An element of an array column: a scalar, or a nested array of them (a multidimensional array). */
+function isArrayElement(value: unknown): boolean {
+  if (Array.isArray(value)) return value.every(isArrayElement);
+  return (
+    value === null ||
+    ['string', 'number', 'boolean', 'bigint'].includes(typeof value) ||
+    value instanceof Date ||
+    isBinary(value)
+  );
 }
 
 function localDate(date: Date): string {
@@ -91,12 +108,15 @@ function localDate(date: Date): string {
  * Converts a JS value to what the column's driver takes. null stays null (SQL NULL); undefined is
  * dropped before this is called. Throws a VALUE_INVALID refusal for values the column cannot hold,
  * so that PostgreSQL never sees them: a failed statement there would abort the whole transaction.
+ * Objects and arrays are values of JSON (and array) columns only: a scalar column refuses them,
+ * so input shaped like `{ "ne": "x" }` can neither be stored as text nor act as anything else.
  */
 export function encode(column: ColumnSchema, value: unknown, dialect: Sql['dialect']): unknown {
   if (value === null) return null;
   if (typeof value === 'function' || typeof value === 'symbol' || value === undefined) {
     throw invalid(column, value, 'is not a value');
   }
+  if (Operator.partsOf(value)) throw invalid(column, value, 'is an op condition, which only a where takes');
   if (value instanceof Date && Number.isNaN(value.getTime())) throw invalid(column, value, 'is an invalid Date');
   switch (column.kind) {
     case 'integer':
@@ -125,17 +145,21 @@ export function encode(column: ColumnSchema, value: unknown, dialect: Sql['diale
       if (isBinary(value)) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
       throw invalid(column, value, 'is not a Buffer');
     case 'array':
-      if (Array.isArray(value)) return value;
-      throw invalid(column, value, 'is not an array');
+      if (Array.isArray(value) && value.every(isArrayElement)) return value;
+      throw invalid(column, value, 'is not an array of scalars');
     default:
-      if (typeof value === 'string' || typeof value === 'number') return value;
+      if (typeof value === 'string') return value;
+      if (typeof value === 'number') {
+        if (!Number.isFinite(value)) throw invalid(column, value, 'is not a finite number');
+        return value;
+      }
       if (typeof value === 'boolean' || typeof value === 'bigint') return String(value);
       if (value instanceof Date) return value.toISOString();
       if (isBinary(value)) {
         if (column.kind === 'text') throw invalid(column, value, 'is binary: use a blob/bytea column');
         return value;
       }
-      return toJson(column, value);
+      throw invalid(column, value, 'is an object or array: only JSON columns hold those');
   }
 }
 
@@ -149,10 +173,12 @@ export function decodeRow(
   for (const name in row) {
     const column = table.columns.get(name);
     let value = row[name];
+    // Past 2^53 (a bigint from SQLite, text from pg's int8): exact digits, the same on both dialects.
+    if (typeof value === 'bigint') value = value.toString();
     if (column && value !== null && value !== undefined) {
       switch (column.kind) {
         case 'integer':
-          // pg returns int8 as text; a safe integer is a number on SQLite too.
+          // pg returns int8 as text; one a number holds exactly is a number, as on SQLite.
           if (typeof value === 'string' && Number.isSafeInteger(Number(value))) value = Number(value);
           break;
         case 'boolean':

@@ -1,4 +1,5 @@
 import type { Sql } from '../db/types.js';
+import { Operator, type OperatorPart } from './operators.js';
 import { type ColumnSchema, findColumn, quoteIdent, type TableSchema } from './schema.js';
 import type { Where } from './types.js';
 import { encode, Refusal } from './values.js';
@@ -9,10 +10,12 @@ export interface Fragment {
   params: unknown[];
 }
 
-const OPERATORS = new Set(['eq', 'ne', 'in', 'lt', 'lte', 'gt', 'gte', 'isNull']);
-const COMPARISONS: Record<string, string> = { lt: '<', lte: '<=', gt: '>', gte: '>=' };
+/** The most values `op.in` takes: the list is one parameter, but its size is the caller's input. */
+export const IN_LIST_MAX = 1_000;
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
+const COMPARISONS: Partial<Record<OperatorPart['kind'], string>> = { lt: '<', lte: '<=', gt: '>', gte: '>=' };
+
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false;
   const proto = Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
@@ -30,16 +33,46 @@ function refuse(column: ColumnSchema, why: string): never {
 }
 
 function operand(column: ColumnSchema, value: unknown, dialect: Sql['dialect']): unknown {
-  if (value === undefined) refuse(column, 'undefined is not a value (use isNull to match NULL)');
-  if (Array.isArray(value) && column.kind !== 'json' && column.kind !== 'array') {
-    refuse(column, 'an array is not a value: use { in: [...] }');
-  }
+  if (value === undefined) refuse(column, 'undefined is not a value (use op.isNull() to match NULL)');
+  // JSON has no equality the two dialects share (key order, json vs jsonb): only NULL tests.
+  if (column.kind === 'json') refuse(column, 'a JSON column can only be tested with op.isNull() or op.notNull()');
+  // A plain object or array here is the caller's value, checked like any other: refused by
+  // scalar columns, never read as operators.
   return encode(column, value, dialect);
 }
 
-function condition(column: ColumnSchema, op: string, value: unknown, dialect: Sql['dialect'], out: Fragment): void {
+/**
+ * The list as one parameter, so the statement text is the same whatever its length (a statement
+ * cache keyed by text stays small, and no driver parameter limit is reached).
+ */
+function inList(column: ColumnSchema, value: unknown, dialect: Sql['dialect'], out: Fragment): void {
+  if (!Array.isArray(value) || value.length === 0) refuse(column, 'op.in takes a non-empty array');
+  if (value.length > IN_LIST_MAX) {
+    throw new Refusal(
+      'LIST_TOO_LONG',
+      `where.${column.name}: op.in takes at most ${IN_LIST_MAX} values, got ${value.length}`,
+    );
+  }
+  if (column.kind === 'array' || column.kind === 'blob')
+    refuse(column, `op.in does not apply to ${column.kind} columns`);
+  if (value.some((v) => v === null)) refuse(column, 'op.in cannot match NULL: use op.isNull()');
+  const encoded = value.map((v) => operand(column, v, dialect));
   const name = quoteIdent(column.name);
-  switch (op) {
+  if (dialect === 'postgres') {
+    out.sql += `${name} = ANY(?)`;
+    out.params.push(encoded);
+    return;
+  }
+  // json_each yields SQL values without affinity, so the column's affinity applies as with `= ?`.
+  out.sql += `${name} IN (SELECT value FROM json_each(?))`;
+  out.params.push(`[${encoded.map((v) => (typeof v === 'bigint' ? v.toString() : JSON.stringify(v))).join(',')}]`);
+}
+
+function condition(column: ColumnSchema, part: OperatorPart, dialect: Sql['dialect'], out: Fragment): void {
+  const name = quoteIdent(column.name);
+  const { kind, value } = part;
+  if (kind === 'increment') refuse(column, 'op.increment belongs in a patch, not in a where');
+  switch (kind) {
     case 'eq':
       if (value === null) out.sql += `${name} IS NULL`;
       else {
@@ -55,52 +88,47 @@ function condition(column: ColumnSchema, op: string, value: unknown, dialect: Sq
         out.params.push(operand(column, value, dialect));
       }
       return;
-    case 'in': {
-      if (!Array.isArray(value) || value.length === 0) refuse(column, '`in` takes a non-empty array');
-      if (value.some((v) => v === null)) refuse(column, '`in` cannot match NULL: use isNull');
-      out.sql += `${name} IN (${value.map(() => '?').join(', ')})`;
-      for (const v of value) out.params.push(operand(column, v, dialect));
+    case 'in':
+      inList(column, value, dialect, out);
       return;
-    }
     case 'isNull':
-      if (typeof value !== 'boolean') refuse(column, '`isNull` takes true or false');
-      out.sql += `${name} ${value ? 'IS NULL' : 'IS NOT NULL'}`;
+      out.sql += `${name} IS NULL`;
+      return;
+    case 'notNull':
+      out.sql += `${name} IS NOT NULL`;
       return;
     default:
-      if (value === null) refuse(column, `\`${op}\` cannot compare with NULL`);
-      out.sql += `${name} ${COMPARISONS[op]} ?`;
+      if (value === null) refuse(column, `op.${kind} cannot compare with NULL`);
+      out.sql += `${name} ${COMPARISONS[kind]} ?`;
       out.params.push(operand(column, value, dialect));
   }
 }
 
 /**
- * `a = ? AND b IN (?, ?)` for a `where`; empty text when it has no conditions. Conditions come out
- * in the table's column order, so calls of the same shape produce the same SQL text.
+ * `a = ? AND b = ANY(?)` for a `where`; empty text when it has no conditions. A column's condition is
+ * a plain value (equality) or an operator built by `op`; conditions come out in the table's column
+ * order, so calls of the same shape produce the same SQL text.
  */
 export function whereSql(table: TableSchema, where: Where | undefined, dialect: Sql['dialect']): Fragment {
   const out: Fragment = { sql: '', params: [] };
   if (where === undefined) return out;
   if (!isPlainObject(where)) throw new Refusal('WHERE_INVALID', 'where must be an object of column conditions');
-  const byColumn = new Map<string, [string, unknown][]>();
+  const byColumn = new Map<string, OperatorPart[]>();
   for (const key of Object.keys(where)) {
     const column = columnOf(table, key);
     const value = where[key];
-    let ops: [string, unknown][];
-    if (isPlainObject(value)) {
-      ops = Object.entries(value);
-      if (ops.length === 0) refuse(column, 'an empty condition');
-      for (const [op] of ops) if (!OPERATORS.has(op)) refuse(column, `unknown operator ${JSON.stringify(op)}`);
-    } else ops = [['eq', value]];
+    const parts = Operator.partsOf(value) ?? [{ kind: 'eq', value }];
+    if (parts.length === 0) refuse(column, 'an empty op.and()');
     const list = byColumn.get(column.name);
-    if (list) list.push(...ops);
-    else byColumn.set(column.name, ops);
+    if (list) list.push(...parts);
+    else byColumn.set(column.name, [...parts]);
   }
   for (const [name, column] of table.columns) {
-    const ops = byColumn.get(name);
-    if (!ops) continue;
-    for (const [op, value] of ops) {
+    const parts = byColumn.get(name);
+    if (!parts) continue;
+    for (const part of parts) {
       if (out.sql !== '') out.sql += ' AND ';
-      condition(column, op, value, dialect, out);
+      condition(column, part, dialect, out);
     }
   }
   return out;

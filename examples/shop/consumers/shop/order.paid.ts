@@ -1,4 +1,4 @@
-import type { HostContext, HostEvent } from 'oncely/host';
+import { type HostContext, type HostEvent, op } from 'oncely/host';
 import { byOrder, loadOrder, must, orderOf } from '../../shop.js';
 
 /** A payment older than the order's stored version (a refund came first) is stale and not applied. */
@@ -11,8 +11,8 @@ export async function handle(event: HostEvent, ctx: HostContext) {
   const { affected } = must(
     await ctx.store.update(
       'products',
-      { sku: order.sku, stock: { gte: order.quantity } },
-      { stock: { increment: -order.quantity } },
+      { sku: order.sku, stock: op.gte(order.quantity) },
+      { stock: op.increment(-order.quantity) },
     ),
   );
   if (affected !== 1) throw Object.assign(new Error(`out of stock for ${order.sku}`), { code: 'OUT_OF_STOCK' });
