@@ -1,47 +1,63 @@
-import type { Db, Sql } from './types.js';
+import { OncelyError } from '../core/errors.js';
+import { Lru } from '../core/lru.js';
+import { type Db, type Sql, STATEMENT_CACHE_MAX, type StatementCache } from './types.js';
 
 interface PgClient {
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[]; rowCount: number | null }>;
 }
 interface PgPoolClient extends PgClient {
   release(error?: Error | boolean): void;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener(event: 'error', listener: (error: Error) => void): unknown;
 }
 interface PgPool extends PgClient {
   connect(): Promise<PgPoolClient>;
+  on(event: 'error', listener: (error: Error) => void): unknown;
   end(): Promise<void>;
 }
 
-// `?` placeholders become `$1, $2, ...` once per statement text.
-const numbered = new Map<string, string>();
-function toPg(sql: string): string {
-  let text = numbered.get(sql);
-  if (text === undefined) {
-    let i = 0;
-    text = sql.replace(/\?/g, () => `$${++i}`);
-    numbered.set(sql, text);
-  }
-  return text;
+/** Options of openPostgres. */
+export interface PostgresOptions {
+  /** Connections of the pool (pg's `max`): each open transaction holds one. Default 10. */
+  poolSize?: number;
 }
 
-function over(client: PgClient, handle: unknown): Sql {
-  return {
-    dialect: 'postgres',
-    handle,
-    async all<R>(sql: string, params: readonly unknown[] = []) {
-      return (await client.query(toPg(sql), [...params])).rows as R[];
-    },
-    async run(sql: string, params: readonly unknown[] = []) {
-      return (await client.query(toPg(sql), [...params])).rowCount ?? 0;
-    },
-  };
+// SQLSTATE classes and codes of a lost or refused connection: 08 connection exception, 57P01-03
+// admin/crash shutdown and cannot connect now (pg_terminate_backend, restarts, failovers), 53300
+// too many connections.
+const LOST_CODES = /^(08...|57P0[123]|53300)$/;
+const LOST_SYSCALLS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND']);
+// pg reports a connection it lost or could not make by message only.
+const LOST_MESSAGES = /Connection terminated|not queryable|timeout exceeded when trying to connect/;
+
+/** True when `error` says the connection failed, not the statement: the work may succeed on another. */
+function connectionLost(error: unknown): boolean {
+  if (error instanceof OncelyError) return error.code === 'STORE_UNAVAILABLE';
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string' && (LOST_CODES.test(code) || LOST_SYSCALLS.has(code))) return true;
+  return LOST_MESSAGES.test(error.message);
 }
+
+function unavailable(error: unknown): OncelyError {
+  if (error instanceof OncelyError && error.code === 'STORE_UNAVAILABLE') return error;
+  const why = error instanceof Error ? error.message : String(error);
+  return new OncelyError('STORE_UNAVAILABLE', `PostgreSQL connection lost: ${why}`, { cause: error });
+}
+
+/** `error` as the caller should see it: a lost connection is STORE_UNAVAILABLE, anything else as it is. */
+const surfaced = (error: unknown): unknown => (connectionLost(error) ? unavailable(error) : error);
 
 /**
  * PostgreSQL through a pool; each transaction has a connection of its own. A `schema` query
  * parameter (`postgres://.../db?schema=shop`) puts every table of the app and of oncely in that
- * schema, created if missing.
+ * schema, created if missing. A connection that breaks (a terminated backend, a restart) fails
+ * its call with STORE_UNAVAILABLE and is dropped from the pool; the process keeps serving.
  */
-export async function openPostgres(target: string, max = 10): Promise<Db> {
+export async function openPostgres(target: string, options: PostgresOptions = {}): Promise<Db & StatementCache> {
+  const { poolSize = 10 } = options;
+  if (!Number.isSafeInteger(poolSize) || poolSize < 1)
+    throw new Error(`poolSize must be a positive integer, got ${poolSize}`);
   const url = new URL(target);
   const schema = url.searchParams.get('schema') ?? 'public';
   if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema))
@@ -51,10 +67,42 @@ export async function openPostgres(target: string, max = 10): Promise<Db> {
   // Every connection sees the app's schema first, so unqualified names resolve there.
   const pool: PgPool = new (pg.default ?? pg).Pool({
     connectionString: url.toString(),
-    max,
+    max: poolSize,
     options: `-c search_path=${schema}`,
   });
-  (pool as unknown as { on(event: string, fn: () => void): void }).on('error', () => {});
+  // An idle connection that breaks is discarded by the pool; the next checkout opens another.
+  pool.on('error', () => {});
+
+  // `?` placeholders become `$1, $2, ...` once per statement text; bounded like SQLite's statements.
+  const numbered = new Lru<string, string>(STATEMENT_CACHE_MAX);
+  const toPg = (sql: string): string => {
+    const hit = numbered.get(sql);
+    if (hit !== undefined) return hit;
+    let i = 0;
+    return numbered.set(
+      sql,
+      sql.replace(/\?/g, () => `$${++i}`),
+    );
+  };
+  const over = (client: PgClient, handle: unknown): Sql => ({
+    dialect: 'postgres',
+    handle,
+    async all<R>(sql: string, params: readonly unknown[] = []) {
+      try {
+        return (await client.query(toPg(sql), [...params])).rows as R[];
+      } catch (error) {
+        throw surfaced(error);
+      }
+    },
+    async run(sql: string, params: readonly unknown[] = []) {
+      try {
+        return (await client.query(toPg(sql), [...params])).rowCount ?? 0;
+      } catch (error) {
+        throw surfaced(error);
+      }
+    },
+  });
+
   await pool.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`).catch((error: { code?: string }) => {
     // Several processes starting at once: IF NOT EXISTS still races in the catalog; the schema exists either way.
     if (error.code !== '23505' && error.code !== '42P06') throw error;
@@ -65,22 +113,48 @@ export async function openPostgres(target: string, max = 10): Promise<Db> {
     target,
     schema,
     async exec(script) {
-      await pool.query(script);
+      // Scripts go as they are: no numbering (a `?` there is SQL's), and no cache entry.
+      await pool.query(script).catch((error: unknown) => {
+        throw surfaced(error);
+      });
     },
     async transaction(fn) {
-      const client = await pool.connect();
+      const client = await pool.connect().catch((error: unknown) => {
+        throw unavailable(error);
+      });
+      // A checked-out client has no listener of the pool's: without this one, a backend terminated
+      // mid-transaction emits an unhandled 'error' and takes the process down.
+      let lost: Error | undefined;
+      const onError = (error: Error) => {
+        lost ??= error;
+      };
+      client.on('error', onError);
+      let broken: Error | undefined;
       try {
         await client.query('BEGIN');
         const result = await fn(over(client, client));
         await client.query('COMMIT');
         return result;
       } catch (error) {
-        await client.query('ROLLBACK').catch(() => undefined);
-        throw error;
+        if (lost === undefined && !connectionLost(error)) {
+          // The connection looks fine: undo, and hand the caller its own error.
+          try {
+            await client.query('ROLLBACK');
+          } catch (rollback) {
+            broken = rollback as Error;
+          }
+          if (broken === undefined || !connectionLost(broken)) throw error;
+          throw unavailable(broken);
+        }
+        broken = lost ?? (error as Error);
+        throw unavailable(broken);
       } finally {
-        client.release();
+        // An error releases the connection to be destroyed, never handed to the next caller.
+        client.release(broken ?? lost);
+        client.removeListener('error', onError);
       }
     },
     close: () => pool.end(),
+    cachedStatements: () => numbered.size,
   };
 }

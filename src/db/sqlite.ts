@@ -1,14 +1,34 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import type { Db, Sql } from './types.js';
+import { Lru } from '../core/lru.js';
+import { type Db, type Sql, STATEMENT_CACHE_MAX, type StatementCache } from './types.js';
+
+type Row = Record<string, unknown>;
+
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/**
+ * Readers run with safe integers (every integer a bigint) so that values past 2^53 are never
+ * rounded; the ones a number holds exactly are turned back into numbers here.
+ */
+function exact(rows: Row[]): Row[] {
+  for (const row of rows) {
+    for (const name in row) {
+      const value = row[name];
+      if (typeof value === 'bigint' && value >= MIN_SAFE && value <= MAX_SAFE) row[name] = Number(value);
+    }
+  }
+  return rows;
+}
 
 /**
  * SQLite behind one connection. better-sqlite3 is synchronous and a connection has one
  * transaction, so every statement and transaction of the process takes turns through a queue:
  * a statement issued while another caller's transaction is open would silently join it.
  */
-export function openSqlite(path: string): Db {
+export function openSqlite(path: string): Db & StatementCache {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('busy_timeout = 5000');
@@ -21,11 +41,13 @@ export function openSqlite(path: string): Db {
     turn = next.catch(() => undefined);
     return next;
   };
-  const statements = new Map<string, Database.Statement>();
+  // Bounded: statement texts vary with the shape of callers' queries, and each holds native memory.
+  const statements = new Lru<string, Database.Statement>(STATEMENT_CACHE_MAX);
   const prepare = (sql: string) => {
     let statement = statements.get(sql);
     if (!statement) {
       statement = db.prepare(sql);
+      if (statement.reader) statement.safeIntegers(true);
       statements.set(sql, statement);
     }
     return statement;
@@ -35,7 +57,7 @@ export function openSqlite(path: string): Db {
     dialect: 'sqlite',
     handle: db,
     async all<R>(sql: string, params: readonly unknown[] = []) {
-      return prepare(sql).all(...bind(params)) as R[];
+      return exact(prepare(sql).all(...bind(params)) as Row[]) as R[];
     },
     async run(sql: string, params: readonly unknown[] = []) {
       const statement = prepare(sql);
@@ -101,5 +123,6 @@ export function openSqlite(path: string): Db {
         }
       }),
     close: () => serial(() => void db.close()),
+    cachedStatements: () => statements.size,
   };
 }

@@ -1,7 +1,10 @@
 /** Statements on one connection, inside or outside a transaction. Placeholders are `?` on both dialects. */
 export interface Sql {
   readonly dialect: 'sqlite' | 'postgres';
-  /** Rows of a query. */
+  /**
+   * Rows of a query. Integers past ±2^53 come back exact, never rounded: a bigint on SQLite, text
+   * on PostgreSQL (pg's int8); smaller ones are numbers on both.
+   */
   all<R = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<R[]>;
   /** Runs a statement; returns the number of rows it changed. */
   run(sql: string, params?: readonly unknown[]): Promise<number>;
@@ -20,4 +23,13 @@ export interface Db extends Sql {
   /** PostgreSQL: the schema holding the app's and oncely's tables. */
   readonly schema?: string;
   close(): Promise<void>;
+}
+
+/** The most statement texts a database keeps prepared; the least recently used go first. */
+export const STATEMENT_CACHE_MAX = 500;
+
+/** A database that keeps statements prepared by text; its size is bounded by STATEMENT_CACHE_MAX. */
+export interface StatementCache {
+  /** How many statement texts it holds now (for tests and metrics). */
+  cachedStatements(): number;
 }
