@@ -1,45 +1,55 @@
 import type { Command } from 'commander';
-import { register } from 'tsx/esm/api';
-import { openHost } from '../host/open.js';
+import type { Host } from '../host/host.js';
+import { appDir, withDir } from './dir.js';
 
 interface HostOptions {
+  dir?: string;
   db?: string;
 }
 
-/** Apps are TypeScript folders: their files are loaded through tsx. */
-async function host(dir: string, options: HostOptions) {
+/** Apps are TypeScript folders: their files load through tsx, registered only by commands that load an app. */
+async function host(dir: string, options: HostOptions): Promise<Host> {
+  const [{ register }, { openHost }] = await Promise.all([import('tsx/esm/api'), import('../host/open.js')]);
   register();
   return openHost(dir, options.db);
 }
 
-/** Adds `migrate`, `serve` and `events dead list|replay` to the CLI. */
-export function addHostCommands(program: Command): void {
-  const db = [
-    '--db <target>',
-    'SQLite file or postgres:// URL (default: the app config, else <dir>/.oncely/app.db)',
-  ] as const;
+const dbOption = [
+  '--db <target>',
+  'SQLite file or postgres:// URL (default: the app config, else <dir>/.oncely/app.db)',
+] as const;
 
-  program
-    .command('migrate')
-    .description("apply oncely's tables and the app's schema.sql")
-    .argument('[dir]', 'app folder', '.')
-    .option(...db)
-    .action(async (dir: string, options: HostOptions) => {
+/** Adds `migrate`, `serve`, `sign` and `events dead list|replay` to the CLI. */
+export function addHostCommands(program: Command): void {
+  withDir(program.command('migrate').description("apply oncely's tables and the app's schema.sql"))
+    .argument('[dir]', 'app folder (default: .)')
+    .option(...dbOption)
+    .action(async (arg: string | undefined, options: HostOptions) => {
+      const dir = appDir(arg, options);
       const app = await host(dir, options);
       await app.stop();
       console.log(`migrated ${dir}`);
     });
 
-  program
-    .command('serve')
-    .description('serve an app: handlers, webhooks, consumers and the outbox relay')
-    .argument('[dir]', 'app folder', '.')
-    .option(...db)
+  withDir(program.command('serve').description('serve an app: handlers, webhooks, consumers and the outbox relay'))
+    .argument('[dir]', 'app folder (default: .)')
+    .option(...dbOption)
     .option('--port <port>', 'port to listen on', process.env.PORT ?? '3000')
-    .action(async (dir: string, options: HostOptions & { port: string }) => {
+    .action(async (arg: string | undefined, options: HostOptions & { port: string }) => {
+      const dir = appDir(arg, options);
+      const port = Number(options.port);
+      if (!Number.isInteger(port) || port < 0 || port > 65_535)
+        throw new Error(`--port ${options.port} is not a port number (0 to 65535)`);
       const app = await host(dir, options);
-      const port = await app.start(Number(options.port));
-      console.log(`oncely serving ${dir} on http://localhost:${port}`);
+      let listening: number;
+      try {
+        listening = await app.start(port);
+      } catch (error) {
+        await app.stop().catch(() => undefined);
+        throw error;
+      }
+      const { serveBanner } = await import('./serve-banner.js');
+      console.log(serveBanner(app.routes(`http://localhost:${listening}`, dir), dir));
       const stop = () => {
         console.log('stopping: finishing in-flight work');
         app.stop().then(
@@ -51,37 +61,44 @@ export function addHostCommands(program: Command): void {
       process.once('SIGINT', stop);
     });
 
+  withDir(program.command('sign').description('print a signed curl line that delivers one webhook to a source'))
+    .argument('<source>', 'webhook source name in oncely.config.ts')
+    .argument('[body]', 'JSON body of the event', '{"type":"test"}')
+    .option('--id <id>', 'event id (default: a new one)')
+    .option('--url <url>', 'where the app is served', `http://localhost:${process.env.PORT ?? '3000'}`)
+    .action(async (source: string, body: string, options: { dir?: string; id?: string; url: string }) => {
+      const { signCommand } = await import('./sign.js');
+      console.log(await signCommand(appDir(undefined, options), source, body, options));
+    });
+
   const dead = program
     .command('events')
-    .description('event intake')
+    .description('event intake: dead letters')
     .command('dead')
-    .description('dead-lettered events');
-  dead
-    .command('list')
-    .argument('[dir]', 'app folder', '.')
-    .option(...db)
-    .action(async (dir: string, options: HostOptions) => {
-      const app = await host(dir, options);
+    .description('dead-lettered events: list them, or send them back to their consumers');
+  withDir(dead.command('list').description('dead letters as <source>/<eventId>, with type, attempts and last error'))
+    .argument('[dir]', 'app folder (default: .)')
+    .option(...dbOption)
+    .action(async (arg: string | undefined, options: HostOptions) => {
+      const app = await host(appDir(arg, options), options);
       const letters = await app.events.deadLetters();
       for (const d of letters)
         console.log(`${d.source}/${d.eventId}\t${d.type}\tattempts ${d.attempts}\t${d.lastError ?? ''}`);
       console.log(`${letters.length} dead letter(s)`);
       await app.stop();
     });
-  dead
-    .command('replay')
+  withDir(dead.command('replay').description('put dead letters back to pending, with their original event ids'))
     .argument('[ids...]', 'dead letters as <source>/<eventId>')
     .option('--all', 'replay every dead letter')
-    .option('--dir <dir>', 'app folder', '.')
-    .option(...db)
-    .action(async (ids: string[], options: HostOptions & { all?: boolean; dir: string }) => {
+    .option(...dbOption)
+    .action(async (ids: string[], options: HostOptions & { all?: boolean }) => {
       if (!options.all && ids.length === 0) throw new Error('name dead letters as <source>/<eventId>, or pass --all');
-      const app = await host(options.dir, options);
       const targets = ids.map((id) => {
         const slash = id.indexOf('/');
         if (slash <= 0) throw new Error(`${id} is not <source>/<eventId>`);
         return { source: id.slice(0, slash), id: id.slice(slash + 1) };
       });
+      const app = await host(appDir(undefined, options), options);
       const replayed = await app.events.replay(options.all ? 'all' : targets);
       console.log(`replayed ${replayed} event(s) with their original ids; the next serve processes them`);
       await app.stop();
@@ -90,7 +107,7 @@ export function addHostCommands(program: Command): void {
 
 /** Adds `flows list|show|retry` to the CLI: they read the app's database, the app's workers run the flows. */
 export function addFlowCommands(program: Command): void {
-  const flows = program.command('flows').description('durable flows of an app');
+  const flows = program.command('flows').description('durable flows of an app: list, show, retry');
   const withFlows = async (dir: string, options: HostOptions) => {
     const app = await host(dir, options);
     if (!app.flows) {
@@ -99,35 +116,30 @@ export function addFlowCommands(program: Command): void {
     }
     return { app, flows: app.flows };
   };
-  flows
-    .command('list')
-    .argument('[dir]', 'app folder', '.')
-    .option('--db <target>', 'SQLite file or postgres:// URL')
+  withDir(flows.command('list').description('flows with their status, runs and error'))
+    .argument('[dir]', 'app folder (default: .)')
+    .option(...dbOption)
     .option('--status <status>', 'pending, running, waiting, completed or failed')
-    .action(async (dir: string, options: HostOptions & { status?: 'failed' }) => {
-      const { app, flows: api } = await withFlows(dir, options);
+    .action(async (arg: string | undefined, options: HostOptions & { status?: 'failed' }) => {
+      const { app, flows: api } = await withFlows(appDir(arg, options), options);
       for (const f of await api.list({ status: options.status }))
         console.log(`${f.workflowId}\t${f.status}\truns ${f.runs}\t${f.error?.message ?? ''}`);
       await app.stop();
     });
-  flows
-    .command('show')
+  withDir(flows.command('show').description('one flow as JSON: input, steps, signals, result'))
     .argument('<workflowId>')
-    .option('--dir <dir>', 'app folder', '.')
-    .option('--db <target>', 'SQLite file or postgres:// URL')
-    .action(async (workflowId: string, options: HostOptions & { dir: string }) => {
-      const { app, flows: api } = await withFlows(options.dir, options);
+    .option(...dbOption)
+    .action(async (workflowId: string, options: HostOptions) => {
+      const { app, flows: api } = await withFlows(appDir(undefined, options), options);
       const shown = await api.show(workflowId);
       console.log(shown ? JSON.stringify(shown, null, 2) : `no flow ${workflowId}`);
       await app.stop();
     });
-  flows
-    .command('retry')
+  withDir(flows.command('retry').description('resume a failed flow from its failed step'))
     .argument('<workflowId>')
-    .option('--dir <dir>', 'app folder', '.')
-    .option('--db <target>', 'SQLite file or postgres:// URL')
-    .action(async (workflowId: string, options: HostOptions & { dir: string }) => {
-      const { app, flows: api } = await withFlows(options.dir, options);
+    .option(...dbOption)
+    .action(async (workflowId: string, options: HostOptions) => {
+      const { app, flows: api } = await withFlows(appDir(undefined, options), options);
       console.log(
         (await api.retry(workflowId)) ? `${workflowId} resumes from its failed step` : `${workflowId} is not failed`,
       );

@@ -1,23 +1,42 @@
 #!/usr/bin/env node
+import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { runDemo } from './demo.js';
+import { appDir, withDir } from './dir.js';
 import { addFlowCommands, addHostCommands } from './host-commands.js';
 
-const program = new Command('oncely').description('Side effects that happen once in effect.');
+// Every command imports its modules inside its action: `oncely demo` or `--help` must not load the
+// host (hono, tsx), so each command works with exactly what it needs installed.
+const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+const program = new Command('oncely').description('Side effects that happen once in effect.').version(pkg.version);
 
 program
   .command('demo')
   .description('deliver one "order paid" webhook three times to a handler on embedded SQLite; one SMS is sent')
   .option('--db <path>', 'SQLite file for the demo (recreated)', '.oncely/demo.db')
   .action(async (options: { db: string }) => {
+    const { runDemo } = await import('./demo.js');
     const report = await runDemo(options.db, (line) => console.log(line));
     if (report.smsSent !== 1) process.exitCode = 1;
   });
+
+withDir(
+  program
+    .command('init')
+    .description('scaffold an app: config, schema.sql, a handler, a webhook source and its consumer, a README')
+    .argument('[dir]', 'app folder to create (default: .)'),
+).action(async (dir: string | undefined, options: { dir?: string }) => {
+  const { initApp } = await import('./init.js');
+  const target = appDir(dir, options);
+  for (const file of initApp(target)) console.log(`created ${file}`);
+  console.log(`next: npx oncely serve ${target}  (then read ${target}/README.md for requests to try)`);
+});
 
 addHostCommands(program);
 addFlowCommands(program);
 
 program.parseAsync().catch((error: unknown) => {
-  console.error(error instanceof Error ? `${error.name}: ${error.message}` : error);
+  // One line a user can act on; the stack is for `ONCELY_DEBUG=1`.
+  if (process.env.ONCELY_DEBUG === '1') console.error(error);
+  else console.error(`oncely: ${error instanceof Error ? error.message : String(error)}`);
   process.exitCode = 1;
 });

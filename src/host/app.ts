@@ -25,6 +25,8 @@ export interface HandlerModule {
   /** Whether a key is required, which input fields build it when the request sends none, and how long it replays. */
   idempotency?: { required?: boolean; keyFields?: readonly string[]; ttl?: Ttl; lease?: Duration };
   input?: InputSchema;
+  /** A sample input: `oncely serve` and `GET /` print a ready curl line with it. */
+  example?: unknown;
 }
 
 /** What a file in `consumers/<source>/<type>.ts` exports. */

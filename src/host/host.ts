@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { type Context, Hono } from 'hono';
+import { OncelyError } from '../core/errors.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
 import { createFlows, type Flows } from '../flows/flows.js';
@@ -13,6 +14,7 @@ import { createDataStore } from './data-store.js';
 import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, invoke } from './invoke.js';
 import { OUTBOX_DDL, OutboxRelay } from './outbox.js';
+import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, readSchema } from './schema.js';
 import { readWebhook, validateSources } from './webhooks.js';
 
@@ -25,6 +27,8 @@ export interface Host {
   readonly relay: OutboxRelay;
   /** The app's flows (from `flows/*.ts`), run by this host's worker; undefined without a flows folder. */
   readonly flows: Flows | undefined;
+  /** What this app serves at `base` (handler routes with curl lines, webhook URLs and signing): `GET /` answers it. */
+  routes(base: string, dir?: string): RouteIndex;
   /** Applies oncely's tables and the app's schema.sql (once per version of the file). */
   migrate(): Promise<void>;
   /** Listens on `port` (0 for any) and starts consumers and relay; resolves with the port. */
@@ -92,6 +96,8 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       status: response.status,
       headers: response.headers as Record<string, string>,
     });
+  // A first visit to the server's root finds what to call, instead of a 404.
+  http.get('/', (c) => c.json({ code: 0, data: routeIndex(app, new URL(c.req.url).origin) }));
   http.get('/v1/health', (c) => c.json({ code: 0, data: { ok: true } }));
   http.get('/v1/events/stats', async (c) => c.json({ code: 0, data: await events.stats() }));
   http.post('/v1/invoke/:handler', async (c) => {
@@ -151,13 +157,25 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     relay,
     flows,
     migrate,
+    routes: (base, dir) => routeIndex(app, base, dir),
     async start(port) {
       if (!schema) await migrate();
       events.start();
       relay.start();
       await flows?.startWorker();
-      return new Promise<number>((resolve) => {
+      return new Promise<number>((resolve, reject) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
+        // A port in use is an answer for the person starting the host, not an unhandled 'error' event.
+        server.once('error', (error: NodeJS.ErrnoException) =>
+          reject(
+            new OncelyError(
+              'LISTEN_FAILED',
+              error.code === 'EADDRINUSE'
+                ? `port ${port} is in use: stop what listens there, or pass --port <another port>`
+                : `cannot listen on port ${port}: ${error.message}`,
+            ),
+          ),
+        );
       });
     },
     async stop() {

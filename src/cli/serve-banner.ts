@@ -1,0 +1,24 @@
+import type { RouteIndex } from '../host/routes.js';
+
+/** What `oncely serve` prints once listening: where everything is and a first request to send. */
+export function serveBanner(index: RouteIndex, dir: string): string {
+  const base = new URL(index.health).origin;
+  const lines = [`oncely serving ${dir} on ${base}  (GET ${base}/ answers this index as JSON)`];
+  lines.push(
+    '',
+    index.handlers.length > 0
+      ? 'handlers (send the same line twice: the second answer is replayed):'
+      : 'handlers: none (add handlers/<group>/<name>.ts)',
+  );
+  for (const h of index.handlers) lines.push(`  ${h.id}`, `    ${h.curl}`);
+  lines.push('', index.webhooks.length > 0 ? 'webhooks:' : 'webhooks: none (add sources to oncely.config.ts)');
+  for (const w of index.webhooks) lines.push(`  ${w.source} (${w.kind})  POST ${w.url}`, `    ${w.signing}`);
+  lines.push(
+    '',
+    `health:       GET ${index.health}`,
+    `event stats:  GET ${index.eventStats}`,
+    `dead letters: ${index.deadLetters}`,
+    'stop with Ctrl-C or SIGTERM: in-flight work finishes first',
+  );
+  return lines.join('\n');
+}
