@@ -6,4 +6,4 @@ export { openHost } from './open.js';
 export { type Operator, op } from './operators.js';
 export type { OutboxMessage, OutboxTarget } from './outbox.js';
 export type { Condition, DataStore, EventOutcome, HostEvent, Result, Where } from './types.js';
-export { type SourceConfig, signStandardWebhook } from './webhooks.js';
+export { type SourceConfig, signBodyHmac, signStandardWebhook, signStripeWebhook } from './webhooks.js';

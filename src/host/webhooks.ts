@@ -31,11 +31,13 @@ export type SourceConfig =
       hmacHeader?: string;
     } & (
       | {
-          /** The HMAC key (at least 16 characters); several while it is rotated. */ secret: string | readonly string[];
+          /** The HMAC key (at least 16 characters); several while it is rotated. */
+          secret: string | readonly string[];
           unsigned?: never;
         }
       | {
-          /** Accepts requests nobody signed: anyone who reaches the route can post events. */ unsigned: true;
+          /** Accepts requests nobody signed: anyone who reaches the route can post events. */
+          unsigned: true;
           secret?: never;
         }
     ))
@@ -55,7 +57,8 @@ export type SourceConfig =
           unsigned?: never;
         }
       | {
-          /** Accepts requests nobody signed: anyone who reaches the route can post events. */ unsigned: true;
+          /** Accepts requests nobody signed: anyone who reaches the route can post events. */
+          unsigned: true;
           verify?: never;
           secret?: never;
         }
@@ -308,6 +311,7 @@ function verifyStripe(
   const given: Buffer[] = [];
   for (const item of signature.split(',')) {
     const at = item.indexOf('=');
+    if (at < 0) continue;
     const [name, value] = [item.slice(0, at).trim(), item.slice(at + 1).trim()];
     if (name === 't') stamps.push(value);
     // Other schemes (v0 is Stripe's test-mode legacy) are ignored, as Stripe's libraries do.

@@ -123,7 +123,7 @@ describe('Stripe signatures (Stripe-Signature)', () => {
 });
 
 describe('GitHub signatures (X-Hub-Signature-256)', () => {
-  it('defect 11.6: an id-header source with a secret refuses a missing or wrong X-Hub-Signature-256', () => {
+  it('defect 11.6: an id-header source with a secret still refuses a missing or wrong X-Hub-Signature-256', () => {
     const source: SourceConfig = {
       kind: 'id-header',
       idHeader: 'X-GitHub-Delivery',
