@@ -1,0 +1,166 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openPostgres } from '../../src/db/postgres.js';
+import type { Db, Sql, StatementCache } from '../../src/db/types.js';
+import { createFlows, defineFlow } from '../../src/flows/index.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Polls until `check` returns a truthy value, or fails after `ms`. A poll that meets a connection
+ * killed a moment ago gets STORE_UNAVAILABLE, as a client gets a 503, and polls again.
+ */
+async function until<T>(check: () => Promise<T | null | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check().catch((error: { code?: string }) => {
+      if (error.code !== 'STORE_UNAVAILABLE') throw error;
+      return undefined;
+    });
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(20);
+  }
+}
+
+/** The error a promise rejects with; fails the test if it resolves. */
+async function failure(promise: Promise<unknown>): Promise<{ code?: string; message: string }> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as { code?: string; message: string };
+  }
+  throw new Error('expected a rejection');
+}
+
+// Without a listener on a checked-out client, a terminated backend is an unhandled 'error' event:
+// the process (here, the vitest worker) crashes and vitest fails the run as an unhandled error.
+describe('a terminated PostgreSQL connection', () => {
+  const schema = freshSchema();
+  const app = `oncely_lost_${randomUUID().slice(0, 8)}`;
+  let db: Db & StatementCache;
+  const admin = new pg.Client({ connectionString: POSTGRES_URL });
+  const kill = (pid: number) => admin.query('SELECT pg_terminate_backend($1)', [pid]);
+  const pidOf = async (tx: Sql) => (await tx.all<{ pid: number }>('SELECT pg_backend_pid() AS pid'))[0]?.pid ?? 0;
+  /** Every backend of this test's pool, idle or busy. */
+  const backends = async () =>
+    (
+      await admin.query<{ pid: number; query: string }>(
+        'SELECT pid, query FROM pg_stat_activity WHERE application_name = $1',
+        [app],
+      )
+    ).rows;
+
+  beforeAll(async () => {
+    await admin.connect();
+    db = await openPostgres(`${POSTGRES_URL}?schema=${schema}&application_name=${app}`, { poolSize: 3 });
+    await db.exec('CREATE TABLE notes (id text PRIMARY KEY)');
+  });
+  afterAll(async () => {
+    await db?.close();
+    await admin.end();
+    await dropSchema(schema);
+  });
+
+  it('defect 11.5: a backend terminated mid-transaction rejects with STORE_UNAVAILABLE, and the next call succeeds', async () => {
+    // Killed while idle in the transaction: the client's 'error' arrives between statements.
+    const idle = await failure(
+      db.transaction(async (tx) => {
+        await tx.run('INSERT INTO notes (id) VALUES (?)', ['lost-1']);
+        await kill(await pidOf(tx));
+        await sleep(200);
+        await tx.all('SELECT 1');
+      }),
+    );
+    expect(idle.code).toBe('STORE_UNAVAILABLE');
+    // Killed while a statement of the transaction runs.
+    const busy = await failure(
+      db.transaction(async (tx) => {
+        const pid = await pidOf(tx);
+        setTimeout(() => void kill(pid), 100);
+        await tx.all('SELECT pg_sleep(5)');
+      }),
+    );
+    expect(busy.code).toBe('STORE_UNAVAILABLE');
+    // Killed while a statement outside a transaction runs on a pool connection.
+    const pooled = db.all('SELECT pg_sleep(4.5)');
+    const [sleeping] = await until(async () => {
+      const found = (await backends()).filter((b) => b.query === 'SELECT pg_sleep(4.5)');
+      return found.length > 0 && found;
+    });
+    await kill(sleeping?.pid ?? 0);
+    expect((await failure(pooled)).code).toBe('STORE_UNAVAILABLE');
+    // Nothing of the lost transaction committed, and the pool serves on fresh connections.
+    expect(await db.transaction((tx) => tx.all('SELECT id FROM notes'))).toEqual([]);
+    await db.transaction((tx) => tx.run('INSERT INTO notes (id) VALUES (?)', ['kept']));
+    expect(await db.all('SELECT id FROM notes')).toEqual([{ id: 'kept' }]);
+    const pids = new Set((await backends()).map((b) => b.pid));
+    expect(pids.size).toBeLessThanOrEqual(3);
+  });
+
+  it('defect 11.5: poolSize bounds the connections of the pool', async () => {
+    let open = 0;
+    let most = 0;
+    await Promise.all(
+      Array.from({ length: 8 }, () =>
+        db.transaction(async (tx) => {
+          most = Math.max(most, ++open);
+          await tx.all('SELECT pg_sleep(0.05)');
+          open--;
+        }),
+      ),
+    );
+    expect(most).toBe(3);
+    expect((await backends()).length).toBeLessThanOrEqual(3);
+  });
+
+  it('defect 11.5: flows keep running when their connections are terminated', async () => {
+    // The next transaction of the flows (the signal below) has its backend killed inside it.
+    let armed = false;
+    const flowsDb: Db = {
+      ...db,
+      transaction: (fn) =>
+        db.transaction(async (tx) => {
+          if (armed) {
+            armed = false;
+            await kill(await pidOf(tx));
+            await sleep(200);
+          }
+          return fn(tx);
+        }),
+    };
+    const name = `lost-${randomUUID().slice(0, 8)}`;
+    const steps: string[] = [];
+    const flow = defineFlow<{ id: string }, string>(name, { seed: ['id'] }, async (run) => {
+      await run.step('first', async () => {
+        steps.push('first');
+        // Every connection of the pool dies while the step runs, the worker's own included.
+        for (const b of await backends()) await kill(b.pid);
+        return 'one';
+      });
+      const go = await run.waitFor<{ ok: boolean }>('go', { timeout: '1m' });
+      return run.step('second', async () => {
+        steps.push('second');
+        return `done ${go?.ok}`;
+      });
+    });
+    const flows = await createFlows({ db: flowsDb, flows: [flow], poll: '20ms', lease: '1s' });
+    await flows.startWorker();
+    try {
+      const { workflowId } = await flows.start(flow, { id: 'F-1' });
+      await until(async () => (await flows.get(workflowId))?.status === 'waiting');
+      armed = true;
+      expect((await failure(flows.signal(workflowId, 'go', { ok: true }, { signalId: 'go-1' }))).code).toBe(
+        'STORE_UNAVAILABLE',
+      );
+      expect(await flows.signal(workflowId, 'go', { ok: true }, { signalId: 'go-1' })).toBe(true);
+      expect(await until(async () => (await flows.get(workflowId))?.status === 'completed')).toBe(true);
+      expect(await flows.result(workflowId)).toBe('done true');
+      expect(steps.filter((s) => s === 'second')).toEqual(['second']);
+    } finally {
+      await flows.stop();
+    }
+  });
+});
