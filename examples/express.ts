@@ -10,6 +10,10 @@ import { createOncely, type Oncely } from 'oncely';
 import { type IdempotencyOptions, idempotency } from 'oncely/express';
 import { sqliteStore } from 'oncely/sqlite';
 
+/** `bytes` bytes of text, for byte-for-byte replays of large responses. */
+const blob = (bytes: number) =>
+  Buffer.alloc(bytes, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_+');
+
 /** Builds the example app on an engine; `calls` counts handler executions by route pattern and key. */
 export function createApp({
   once,
@@ -64,6 +68,10 @@ export function createApp({
       await new Promise((r) => setTimeout(r, 10));
     }
     res.end();
+  });
+  app.post('/blob', idempotent, (req, res) => {
+    count(req);
+    res.type('application/octet-stream').send(blob((req.body as { bytes: number }).bytes));
   });
   app.post('/big', idempotent, (req, res) => {
     res.json({ n: count(req), blob: 'x'.repeat(2 * 1024 * 1024) });

@@ -12,6 +12,10 @@ import { createOncely, type Oncely } from 'oncely';
 import { type FastifyIdempotencyOptions, idempotency } from 'oncely/fastify';
 import { sqliteStore } from 'oncely/sqlite';
 
+/** `bytes` bytes of text, for byte-for-byte replays of large responses. */
+const blob = (bytes: number) =>
+  Buffer.alloc(bytes, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_+');
+
 /** Builds the example app, not listening yet; `calls` counts handler runs by route pattern and key, e.g. `createApp({ once }).app.inject(...)`. */
 export function createApp({
   once,
@@ -73,6 +77,11 @@ export function createApp({
         }
       })(),
     );
+  });
+  app.post('/blob', async (req, reply) => {
+    count(req);
+    reply.type('application/octet-stream');
+    return blob((req.body as { bytes: number }).bytes);
   });
   app.post('/big', async (req) => {
     return { n: count(req), blob: 'x'.repeat(2 * 1024 * 1024) };

@@ -12,6 +12,10 @@ import { createOncely, type Oncely } from 'oncely';
 import { type IdempotencyOptions, idempotency } from 'oncely/hono';
 import { sqliteStore } from 'oncely/sqlite';
 
+/** `bytes` bytes of text, for byte-for-byte replays of large responses. */
+const blob = (bytes: number) =>
+  Buffer.alloc(bytes, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_+');
+
 /** Builds the example app on an engine; `calls` counts handler executions by route and key. */
 export function createApp({
   once,
@@ -58,6 +62,11 @@ export function createApp({
         await s.sleep(10);
       }
     });
+  });
+  app.post('/blob', async (c) => {
+    const { bytes } = await c.req.json<{ bytes: number }>();
+    count(c);
+    return c.body(blob(bytes), 200, { 'content-type': 'application/octet-stream' });
   });
   app.post('/big', (c) => c.json({ n: count(c), blob: 'x'.repeat(2 * 1024 * 1024) }));
   app.get('/orders/:id', (c) => c.json({ orderId: c.req.param('id') }));

@@ -33,6 +33,8 @@ function factsOf(req: Request): RequestFacts {
   return {
     method: req.method,
     route: req.baseUrl + (req.route ? String(req.route.path) : req.path),
+    // As sent, before any mount point is stripped from req.url.
+    target: req.originalUrl,
     header: req.headers['idempotency-key'],
     body: req.body,
     bodyBytes: length ? Number(length) : undefined,

@@ -1,4 +1,6 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import { Transform } from 'node:stream';
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RequestPayload } from 'fastify';
+import { OncelyError } from '../core/errors.js';
 import { type Execution, IdempotencyGate, type IdempotencyOptions, type RequestFacts } from '../http/gate.js';
 import { type HttpResponse, normalizeHeaders } from '../http/response.js';
 
@@ -52,6 +54,28 @@ export async function idempotency(fastify: FastifyInstance, options: FastifyIdem
     if (reply.raw.destroyed) closed();
     else reply.raw.once('close', closed);
   };
+
+  // Fastify reads bodies up to its own bodyLimit; maxBodyBytes must hold before that too, even
+  // when bodyLimit is larger. A declared Content-Length over it is answered before a byte is read;
+  // a chunked body is cut at it. Requests with neither carry no body and are left as they are.
+  fastify.addHook(
+    'preParsing',
+    (
+      request: FastifyRequest,
+      reply: FastifyReply,
+      payload: RequestPayload,
+      done: (error: Error | null, payload?: RequestPayload) => void,
+    ) => {
+      if (!gate.covers(request.method) || request.is404) return done(null, payload);
+      const declared = request.headers['content-length'];
+      if (declared !== undefined) {
+        if (Number(declared) > gate.maxBodyBytes) return send(reply, gate.tooLarge());
+        return done(null, payload);
+      }
+      if (request.headers['transfer-encoding'] === undefined) return done(null, payload);
+      done(null, payload.pipe(cappedAt(gate.maxBodyBytes)));
+    },
+  );
 
   // Callback-style hooks: a request the plugin does not cover costs a Set and a WeakMap lookup, no promise.
   fastify.addHook('preHandler', (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => {
@@ -116,6 +140,7 @@ function factsOf(request: FastifyRequest): RequestFacts {
   return {
     method: request.method,
     route: request.routeOptions.url ?? request.url,
+    target: request.url,
     header: request.headers['idempotency-key'],
     body: request.body,
     bodyBytes: length === undefined ? undefined : Number(length),
@@ -128,6 +153,22 @@ function send(reply: FastifyReply, response: HttpResponse): void {
   // An empty body without a type stays without one (Fastify would call a Buffer application/octet-stream).
   if (response.body.byteLength === 0 && response.headers['content-type'] === undefined) reply.send();
   else reply.send(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+}
+
+/**
+ * Passes a chunked body through until it is over `limit`, then fails the parse with a 413 (Fastify's
+ * error handler answers it, as it answers its own bodyLimit): nothing past the limit is buffered.
+ */
+function cappedAt(limit: number): Transform {
+  let size = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      size += chunk.length;
+      if (size <= limit) return callback(null, chunk);
+      const error = new OncelyError('REQUEST_TOO_LARGE', `request body is over ${limit} bytes`);
+      callback(Object.assign(error, { statusCode: 413 }));
+    },
+  });
 }
 
 /** The bytes of a serialized payload; undefined for a stream (whose end is not ours to wait for) or a body over `limit`. */

@@ -14,8 +14,19 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
   const gate = new IdempotencyGate(options);
   return async (c, next) => {
     if (!gate.covers(c.req.method)) return next();
-    const length = c.req.header('content-length');
-    const text = await c.req.text();
+    // Refused on its declared size before a byte of it is read.
+    const declared = c.req.header('content-length');
+    if (declared !== undefined && Number(declared) > gate.maxBodyBytes) return toResponse(gate.tooLarge());
+    const bytes = await readBody(c.req.raw, gate.maxBodyBytes);
+    // Chunked bodies are read up to the limit only: 413 at the first chunk past it.
+    if (bytes === undefined) return toResponse(gate.tooLarge());
+    const text = bytes.byteLength === 0 ? '' : decoder.decode(bytes);
+    // The handler reads the body from Hono's cache (c.req.json(), .text(), .arrayBuffer()), as after
+    // c.req.text(): the request stream is read once. The exact bytes go first, so a binary body
+    // read as arrayBuffer or blob is not decoded and re-encoded. Hono's cache holds promises.
+    const cache = c.req.bodyCache as Record<string, Promise<unknown>>;
+    cache.arrayBuffer = Promise.resolve(bytes.buffer);
+    cache.text = Promise.resolve(text);
     let body: unknown = text === '' ? undefined : text;
     if (text !== '' && /json/i.test(c.req.header('content-type') ?? '')) {
       try {
@@ -28,9 +39,10 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
     const start = await gate.begin(c, {
       method: c.req.method,
       route: routePath(c, -1),
+      target: targetOf(c.req.url),
       header: c.req.header('idempotency-key'),
       body,
-      bodyBytes: length === undefined ? Buffer.byteLength(text) : Number(length),
+      bodyBytes: bytes.byteLength,
     });
     if (start.kind === 'pass') return next();
     if (start.kind === 'respond') return toResponse(start.response);
@@ -48,6 +60,44 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
     if (!own.has('set-cookie') && !own.has('idempotency-expires')) c.res = undefined;
     c.res = res;
   };
+}
+
+const decoder = new TextDecoder();
+const EMPTY = new Uint8Array(0);
+
+/**
+ * The request body as exact bytes (its own ArrayBuffer), or undefined as soon as it is over `limit`.
+ * The rest is left unread, not cancelled: cancelling the stream would destroy the socket under
+ * @hono/node-server before the 413 is written; it drains and closes the connection after the answer.
+ */
+async function readBody(req: Request, limit: number): Promise<Uint8Array<ArrayBuffer> | undefined> {
+  if (req.body === null) return EMPTY;
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      reader.releaseLock();
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** Path and query of an absolute URL, without parsing it: the part after the authority. */
+function targetOf(url: string): string {
+  const slash = url.indexOf('/', url.indexOf('//') + 2);
+  return slash === -1 ? '/' : url.slice(slash);
 }
 
 /** Reads a response body up to `limit` bytes; a stream or a bigger body is passed through whole, unstored. */

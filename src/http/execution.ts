@@ -30,6 +30,8 @@ export interface KeepPolicy {
   keep: readonly string[];
   /** How long a handler whose client left may still answer. */
   graceMs: number;
+  /** Largest response body stored; a bigger one is answered RESPONSE_NOT_STORED to duplicates. */
+  maxBodyBytes: number;
 }
 
 /** Marks a captured response the policy does not keep: the engine then releases the key. */
@@ -61,7 +63,9 @@ export class Claimed implements Execution {
 
   async finish(response: HttpResponse, complete: boolean): Promise<HttpResponse> {
     if (!this.report()) return response;
-    if (!complete) this.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
+    // Adapters cut a body at maxBodyBytes while capturing; the host hands whole bodies, checked here.
+    if (!complete || response.body.byteLength > this.policy.maxBodyBytes)
+      this.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
     else if (!this.policy.stores(response.status)) this.reject(new NotKept());
     else this.resolve(encodeResponse(response, this.policy.keep));
     const done = await this.run;

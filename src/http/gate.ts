@@ -31,13 +31,19 @@ export interface IdempotencyOptions<Req> {
   lease?: Duration;
   /** Wait this long for a concurrent first request instead of answering 409. Default: no wait. */
   wait?: Duration | false;
-  /** What identifies "the same request": body fields to compare, or a function. Default: method, route and the whole body. */
+  /**
+   * What identifies "the same request": body fields to compare (with the method, route and request
+   * target), or a function of the request. Default: method, route, request target and the whole body.
+   */
   fingerprint?: readonly string[] | ((req: Req) => unknown);
   /** Which handler statuses are stored and replayed; the others release the key. Default: 2xx and 4xx. */
   store?: (status: number) => boolean;
   /** Response headers stored and replayed beside status and body. Default: content-type, location. */
   replayHeaders?: readonly string[];
-  /** Largest request body accepted (413 otherwise) and largest response body stored. Default 1 MiB. */
+  /**
+   * Largest request body accepted (413 otherwise) and largest response body stored (a duplicate of a
+   * bigger one gets 409 RESPONSE_NOT_STORED). Default 1 MiB.
+   */
   maxBodyBytes?: number;
 }
 
@@ -46,6 +52,12 @@ export interface RequestFacts {
   method: string;
   /** The route pattern, or the path when the framework cannot tell the pattern yet. */
   route: string;
+  /**
+   * The request target as sent, path and query (`/orders/2/charge?notify=1`): part of the default
+   * fingerprint, since records are scoped by the route pattern and the same key on another resource
+   * of that route is another request. Omitted where the route names the resource already (the host).
+   */
+  target?: string;
   header: string | string[] | undefined;
   /** A key the caller already derived (from business fields), used when the header is absent. */
   key?: string;
@@ -64,6 +76,8 @@ const DEFAULT_METHODS = ['POST', 'PATCH'];
 const DEFAULT_HEADERS = ['content-type', 'location'];
 const DEFAULT_MAX_BODY = 1024 * 1024;
 const DEFAULT_GRACE = '30s';
+// Room in a stored response for its status, kept headers and JSON punctuation beside the base64 body.
+const ENVELOPE_BYTES = 64 * 1024;
 const storedByDefault = (status: number) => status >= 200 && status < 500 && !(status >= 300 && status < 400);
 
 /** Only the marker of an unstorable response is kept as a failure; every other failure releases the key. */
@@ -74,6 +88,11 @@ export class IdempotencyGate<Req> {
   readonly maxBodyBytes: number;
   private readonly methods: Set<string>;
   private readonly policy: KeepPolicy;
+  /**
+   * The engine's result limit for this gate's runs: a body of maxBodyBytes stored in base64 (4 bytes
+   * per 3) with its envelope. The engine's own default (1 MiB) would refuse responses from 768 KiB.
+   */
+  private readonly maxResultBytes: number;
 
   constructor(private readonly options: IdempotencyOptions<Req>) {
     if (!options?.once)
@@ -83,8 +102,17 @@ export class IdempotencyGate<Req> {
       stores: options.store ?? storedByDefault,
       keep: (options.replayHeaders ?? DEFAULT_HEADERS).map((h) => h.toLowerCase()),
       graceMs: toMs(options.lease ?? DEFAULT_GRACE, 'lease'),
+      maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY,
     };
-    this.maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
+    this.maxBodyBytes = this.policy.maxBodyBytes;
+    if (!Number.isInteger(this.maxBodyBytes) || this.maxBodyBytes < 0)
+      throw new OncelyError('INVALID_ARGUMENT', 'maxBodyBytes must be a whole number of bytes');
+    this.maxResultBytes = Math.ceil(this.maxBodyBytes / 3) * 4 + ENVELOPE_BYTES;
+  }
+
+  /** The 413 problem of a request body over maxBodyBytes, for adapters that refuse one before reading it. */
+  tooLarge(): HttpResponse {
+    return problemFor(new OncelyError('REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`));
   }
 
   /** True when the method is covered; adapters skip all work for the rest. */
@@ -100,11 +128,11 @@ export class IdempotencyGate<Req> {
     let key: string | undefined;
     try {
       key = readKeyHeader(facts.header) ?? (facts.key === undefined ? undefined : validateKey(facts.key));
-      if (facts.bodyBytes !== undefined && facts.bodyBytes > this.maxBodyBytes)
-        throw new OncelyError('REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`);
     } catch (error) {
       return { kind: 'respond', response: problemFor(error as OncelyError) };
     }
+    if (facts.bodyBytes !== undefined && facts.bodyBytes > this.maxBodyBytes)
+      return { kind: 'respond', response: this.tooLarge() };
     if (key === undefined) {
       if (this.options.required === false) return { kind: 'pass' };
       return { kind: 'respond', response: problemFor(new OncelyError('KEY_REQUIRED', 'missing')) };
@@ -116,7 +144,8 @@ export class IdempotencyGate<Req> {
     const input =
       typeof fingerprint === 'function'
         ? fingerprint(req)
-        : { method, action, body: fingerprint ? pick(facts.body, fingerprint) : facts.body };
+        : // One object hashed once: the target joins the body rather than being hashed on its own.
+          { method, action, target: facts.target, body: fingerprint ? pick(facts.body, fingerprint) : facts.body };
     return this.claim(action, key, input, tenant, join.tx);
   }
 
@@ -138,7 +167,8 @@ export class IdempotencyGate<Req> {
       };
       // The same option values on every request: the engine resolves them once and reuses them.
       const { once, ttl, lease, wait } = this.options;
-      const request = { action, key, tenant, input, tx, ttl, lease, wait, onError: storesNotStored };
+      const { maxResultBytes } = this;
+      const request = { action, key, tenant, input, tx, ttl, lease, wait, onError: storesNotStored, maxResultBytes };
       // Settles after the claimed handler's outcome too; only a run that never claimed answers here.
       const settled: Promise<RunResult<StoredResponse> | undefined> = once.run(request, start).then(
         (result) => {

@@ -57,6 +57,9 @@ export function problemFor(error: OncelyError): HttpResponse {
         'The outcome of this request is unknown',
         'A previous attempt stopped mid-way; it will not be run again until it is reconciled.',
       );
+    // A response the store refused for its size (its kept headers, or a record written before the
+    // result limit was sized from maxBodyBytes) is as unreplayable as a streamed one.
+    case 'RESULT_TOO_LARGE':
     case 'RESPONSE_NOT_STORED':
       return problem(
         409,

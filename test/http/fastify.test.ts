@@ -10,7 +10,7 @@ import { createOncely, type Oncely, type RecordStore } from '../../src/index.js'
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
-import { describeHttpSuite, type HttpHarness, type SuiteResponse } from './suite.js';
+import { describeHttpSuite, type HttpHarness, postChunked, type SuiteResponse } from './suite.js';
 
 async function read(res: Response): Promise<SuiteResponse> {
   const headers: Record<string, string> = {};
@@ -191,3 +191,28 @@ for (const [backend, makeStore] of backends)
       await expect(app.ready()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     });
   });
+
+describe('fastify request bodies on a real server', () => {
+  let once: Oncely;
+  const apps: FastifyInstance[] = [];
+  beforeAll(async () => {
+    once = await createOncely({ store: sqliteStore({ path: ':memory:' }) });
+  });
+  afterAll(async () => {
+    for (const app of apps) await app.close();
+    await once.close();
+  });
+  const headers = (key: string) => ({ 'content-type': 'application/json', 'idempotency-key': key });
+
+  it('defect 11.3: a chunked body is cut at maxBodyBytes (413 REQUEST_TOO_LARGE) even under a larger bodyLimit', async () => {
+    const { app, calls } = createApp({ once, idempotency: { maxBodyBytes: 4096 } });
+    apps.push(app);
+    const base = await listen(app);
+    const key = `chunked-${Date.now()}`;
+    const total = 20 * 1024 * 1024;
+    const answer = await postChunked(`${base}/orders`, total, { headers: headers(key) });
+    expect([answer.status, JSON.parse(answer.body).code]).toEqual([413, 'REQUEST_TOO_LARGE']);
+    expect(answer.sent).toBeLessThan(total / 2);
+    expect(calls.get(`/orders ${key}`)).toBeUndefined();
+  });
+});

@@ -1,4 +1,5 @@
 import { mkdtempSync } from 'node:fs';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -33,6 +34,47 @@ export interface RunningApp {
 /** How the suite starts a framework's example app (examples/<framework>.ts). */
 export interface HttpHarness {
   start(options: { once: Oncely; listen: boolean; middleware?: Record<string, unknown> }): Promise<RunningApp>;
+}
+
+/**
+ * Posts `total` bytes in chunks (Transfer-Encoding: chunked, or a declared Content-Length with
+ * `declare`), waiting for the socket to drain, and stops sending once the answer arrives. `sent`
+ * is how much had been written then: a server that reads the whole body answers only after all of it.
+ */
+export function postChunked(
+  url: string,
+  total: number,
+  { headers = {}, declare = false }: { headers?: Record<string, string>; declare?: boolean } = {},
+): Promise<{ status: number; body: string; sent: number }> {
+  const chunk = Buffer.alloc(64 * 1024, 'a');
+  return new Promise((resolve, reject) => {
+    let sent = 0;
+    let answered = false;
+    const length: Record<string, string> = declare ? { 'content-length': String(total) } : {};
+    const req = request(url, { method: 'POST', headers: { ...headers, ...length } }, (res) => {
+      answered = true;
+      const at = sent;
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        body += d;
+      });
+      res.on('end', () => {
+        req.destroy();
+        resolve({ status: res.statusCode ?? 0, body, sent: at });
+      });
+    });
+    // The server may close the connection once it answered, while this side still writes.
+    req.on('error', (error) => (answered ? undefined : reject(error)));
+    const pump = () => {
+      while (!answered && sent < total) {
+        sent += chunk.length;
+        if (!req.write(chunk)) return void req.once('drain', pump);
+      }
+      if (!answered) req.end();
+    };
+    pump();
+  });
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -209,6 +251,57 @@ export function describeHttpSuite(framework: string, harness: HttpHarness): void
           expect(big.body.length).toBeGreaterThan(2 * 1024 * 1024);
           expect(JSON.parse((await post(app, '/big', bigKey, {})).body).code).toBe('RESPONSE_NOT_STORED');
           expect(app.calls.get(`/big ${bigKey}`)).toBe(1);
+        });
+
+        it("defect 11.8: the same key on another order's path is KEY_REUSED, not a replay", async () => {
+          const app = await start();
+          const key = fresh('path');
+          const first = await post(app, '/orders/o1/charge', key, {});
+          expect([first.status, JSON.parse(first.body).orderId]).toEqual([200, 'o1']);
+          const other = await post(app, '/orders/o2/charge', key, {});
+          expect([other.status, JSON.parse(other.body).code]).toEqual([422, 'KEY_REUSED']);
+          // The query string is part of the request target too.
+          const query = await post(app, '/orders/o1/charge?notify=1', key, {});
+          expect([query.status, JSON.parse(query.body).code]).toEqual([422, 'KEY_REUSED']);
+          const again = await post(app, '/orders/o1/charge', key, {});
+          expect([again.status, again.headers['idempotent-replayed'], again.body]).toEqual([200, 'true', first.body]);
+          expect(app.calls.get(`/orders/:id/charge ${key}`)).toBe(1);
+        });
+
+        it('defect 11.11: a 900 KiB response (and one of exactly maxBodyBytes) is replayed byte for byte, not 500 RESULT_TOO_LARGE', async () => {
+          const app = await start();
+          for (const bytes of [900 * 1024, 1024 * 1024]) {
+            const key = fresh('blob');
+            const first = await post(app, '/blob', key, { bytes });
+            expect([first.status, first.body.length]).toEqual([200, bytes]);
+            const again = await post(app, '/blob', key, { bytes });
+            expect([again.status, again.headers['idempotent-replayed'], again.body.length]).toEqual([
+              200,
+              'true',
+              bytes,
+            ]);
+            expect(again.body === first.body, 'replayed body differs').toBe(true);
+            expect(app.calls.get(`/blob ${key}`)).toBe(1);
+          }
+        });
+
+        it('defect 11.11: the stored limit follows maxBodyBytes, and a response over it is 409 RESPONSE_NOT_STORED to its duplicate, never 500', async () => {
+          const app = await start({ maxBodyBytes: 2 * 1024 * 1024 });
+          const kept = fresh('blob-kept');
+          const bytes = 1536 * 1024;
+          expect((await post(app, '/blob', kept, { bytes })).status).toBe(200);
+          const replay = await post(app, '/blob', kept, { bytes });
+          expect([replay.status, replay.headers['idempotent-replayed'], replay.body.length]).toEqual([
+            200,
+            'true',
+            bytes,
+          ]);
+          const over = fresh('blob-over');
+          const first = await post(app, '/blob', over, { bytes: 2 * 1024 * 1024 + 1 });
+          expect([first.status, first.body.length]).toEqual([200, 2 * 1024 * 1024 + 1]);
+          const duplicate = await post(app, '/blob', over, { bytes: 2 * 1024 * 1024 + 1 });
+          expect([duplicate.status, JSON.parse(duplicate.body).code]).toEqual([409, 'RESPONSE_NOT_STORED']);
+          expect(app.calls.get(`/blob ${over}`)).toBe(1);
         });
 
         it('refuses request bodies over maxBodyBytes with 413 before the handler, without storing anything', async () => {
