@@ -24,6 +24,7 @@ const ddl = (p: string) => `
     sku text, PRIMARY KEY (order_id, line_no));
   CREATE TABLE ${p}events (id text PRIMARY KEY, payload json, happened_at timestamptz, flag boolean, day date,
     big bigint, created_at timestamptz, updated_at text);
+  CREATE TABLE ${p}readings (id text PRIMARY KEY, value double precision, exact numeric);
   CREATE TABLE ${p}oncely_records (key text PRIMARY KEY);
 `;
 
@@ -62,6 +63,7 @@ function describeDataStore(name: string, open: () => Promise<Backend>) {
         'inventory',
         'order_lines',
         'orders',
+        'readings',
         'sink',
       ]);
       const orders = app.tables.get('orders');
@@ -450,6 +452,85 @@ function describeDataStore(name: string, open: () => Promise<Backend>) {
       expect(await store.update('orders', { id: 'O-1' }, {})).toMatchObject({
         ok: false,
         error: { code: 'VALUE_INVALID' },
+      });
+    });
+
+    it('defect 11.19: increment keeps the integer checks of its column, on SQLite too', async () => {
+      const store = outside();
+      unwrap(await store.createIfAbsent('inventory', { sku: 'INC', quantity: 5 }, ['sku']));
+      for (const step of [1.5, Number.NaN, Number.POSITIVE_INFINITY, 2n ** 63n, '2', true]) {
+        expect(
+          await store.update('inventory', { sku: 'INC' }, { quantity: op.increment(step as number) }),
+          String(step),
+        ).toMatchObject({ ok: false, error: { code: 'VALUE_INVALID' } });
+      }
+      expect(await store.update('orders', { id: 'O-1' }, { status: op.increment(1) })).toMatchObject({
+        ok: false,
+        error: { code: 'VALUE_INVALID' },
+      });
+      unwrap(await store.update('inventory', { sku: 'INC' }, { quantity: op.increment(-2) }));
+      expect(unwrap(await store.get('inventory', { sku: 'INC' }))).toEqual({ sku: 'INC', quantity: 3 });
+      const inventory = backend.app.namespace === null ? 'inventory' : `"${backend.app.namespace}".inventory`;
+      // Stored as an integer, not as SQLite's REAL 3.0.
+      expect(
+        await backend.db.all(
+          `SELECT typeof_q FROM (SELECT ${backend.app.dialect === 'sqlite' ? 'typeof(quantity)' : 'pg_typeof(quantity)::text'} AS typeof_q FROM ${inventory} WHERE sku = 'INC') AS q`,
+        ),
+      ).toEqual([{ typeof_q: 'integer' }]);
+    });
+
+    it('defect 11.19: the string "1e309" is refused where it would be stored as Infinity', async () => {
+      const store = outside();
+      for (const value of ['1e309', '-1e309', Number.POSITIVE_INFINITY]) {
+        expect(await store.createIfAbsent('readings', { id: 'R-INF', value }, ['id']), String(value)).toMatchObject({
+          ok: false,
+          error: { code: 'VALUE_INVALID' },
+        });
+        expect(
+          await store.createIfAbsent('customers', { id: 'C-INF', email: 'i@x.io', name: value }, ['id']),
+        ).toMatchObject(typeof value === 'number' ? { ok: false, error: { code: 'VALUE_INVALID' } } : { ok: true });
+      }
+      const exact = await store.createIfAbsent('readings', { id: 'R-NUM', exact: '1e309' }, ['id']);
+      if (backend.app.dialect === 'postgres') {
+        // PostgreSQL's numeric holds it exactly (as text, like every numeric pg returns).
+        expect(unwrap(exact).record.exact).toBe(`1${'0'.repeat(309)}`);
+      } else expect(exact).toMatchObject({ ok: false, error: { code: 'VALUE_INVALID' } });
+      unwrap(await store.createIfAbsent('readings', { id: 'R-1', value: '1.5e3' }, ['id']));
+      expect(unwrap(await store.get('readings', { id: 'R-1' }))).toMatchObject({ value: 1500 });
+    });
+
+    it('defect 11.19: integers past 2^53 read back exact (as decimal text), never rounded', async () => {
+      const store = outside();
+      const big = 2n ** 60n + 1n;
+      unwrap(await store.createIfAbsent('events', { id: 'EV-BIG', big }, ['id']));
+      unwrap(await store.createIfAbsent('events', { id: 'EV-BIG2', big: '9007199254740993' }, ['id']));
+      expect(unwrap(await store.get('events', { id: 'EV-BIG' }))).toMatchObject({ big: big.toString() });
+      expect(unwrap(await store.get('events', { big: '9007199254740993' }))).toMatchObject({
+        id: 'EV-BIG2',
+        big: '9007199254740993',
+      });
+      const found = unwrap(await store.find('events', { big: op.in([big, 9007199254740993n]) }));
+      expect(found.map((r) => r.big)).toEqual([big.toString(), '9007199254740993']);
+      // Those a number holds stay numbers.
+      unwrap(await store.createIfAbsent('events', { id: 'EV-SAFE', big: Number.MAX_SAFE_INTEGER }, ['id']));
+      expect(unwrap(await store.get('events', { id: 'EV-SAFE' }))).toMatchObject({ big: Number.MAX_SAFE_INTEGER });
+    });
+
+    it('defect 11.19: a null patch, record or where and an in list past the driver limit are typed errors, not raw 500s', async () => {
+      const store = outside();
+      const invalid = { ok: false, error: { code: 'VALUE_INVALID' } };
+      expect(await store.update('orders', { id: 'O-1' }, null as never)).toMatchObject(invalid);
+      expect(await store.update('orders', { id: 'O-1' }, 'x' as never)).toMatchObject(invalid);
+      expect(await store.createIfAbsent('orders', null as never, ['id'])).toMatchObject(invalid);
+      expect(await store.applyVersion('orders', { id: 'O-1' }, 1, null as never)).toMatchObject(invalid);
+      expect(await store.update('orders', null as never, { status: 'x' })).toMatchObject({
+        ok: false,
+        error: { code: 'WHERE_INVALID' },
+      });
+      const many = Array.from({ length: 70_000 }, (_, i) => `O-${i}`);
+      expect(await store.find('orders', { id: op.in(many) })).toMatchObject({
+        ok: false,
+        error: { code: 'LIST_TOO_LONG' },
       });
     });
 
