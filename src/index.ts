@@ -8,6 +8,7 @@ export {
   KeyReusedError,
   LeaseLostError,
   OncelyError,
+  OutcomeNotStoredError,
   OutcomeUnknownError,
   StoreUnavailableError,
 } from './core/errors.js';
@@ -25,4 +26,4 @@ export {
   type WrapOptions,
 } from './engine/engine.js';
 export type { ActionOptions, ErrorPolicy } from './engine/options.js';
-export type { Expectation, InsertResult, RecordPatch, RecordStore } from './store.js';
+export type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from './store.js';

@@ -17,8 +17,21 @@ export type RecordPatch = Partial<Omit<StoredRecord, 'tenant' | 'action' | 'key'
 export interface InsertResult {
   /** True when this call created the record (the caller holds the claim). */
   inserted: boolean;
-  /** The record now stored: the new one, or the one that was there. */
+  /** The record now stored: the new one (with the times and fence the store gave it), or the one that was there. */
   record: StoredRecord;
+  /** The store's clock when it answered, epoch ms: what `record`'s lease and expiry are to be compared with. */
+  now: number;
+}
+
+/**
+ * How a write reads the time fields it sets (createdAt on insert, updatedAt, completedAt,
+ * leaseUntil, expiresAt). The engine writes them `relative`: milliseconds from the store's own
+ * clock at the moment it applies the write (leaseUntil: the lease, expiresAt: the TTL, 0: now; a
+ * null stays null). So every process measures leases and expiries by one clock, however far its
+ * own is off. Without it they are absolute epoch ms, as given.
+ */
+export interface WriteOptions {
+  relative?: boolean;
 }
 
 /**
@@ -29,10 +42,13 @@ export interface InsertResult {
 export interface RecordStore {
   /** Short name for logs and metrics: 'sqlite', 'postgres', 'redis'. */
   readonly kind: string;
-  /** Creates the record unless one exists for its id; returns which one is stored. */
-  insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult>;
+  /**
+   * Creates the record unless one exists for its id; returns which one is stored. A store may
+   * start a new record's fence above 1 (Redis does, so fences never go back when a record expired).
+   */
+  insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult>;
   /** Applies `patch` only if the record matches `expect`; true when it did. */
-  update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean>;
+  update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown, options?: WriteOptions): Promise<boolean>;
   /** Reads one record, or null. */
   get(id: RecordId, tx?: unknown): Promise<StoredRecord | null>;
   /** Deletes up to `limit` records that expired at or before `now` (never unknown or live ones); returns how many. */

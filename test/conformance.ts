@@ -418,6 +418,32 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       expect(runs).toBe(1);
     });
 
+    it('defect 11.7: a result that is not JSON (a bigint, a cycle) is stored as RESULT_NOT_SERIALIZABLE, not left in progress', async () => {
+      const act = action('bigint');
+      const cyclic: Record<string, unknown> = {};
+      cyclic.self = cyclic;
+      for (const [key, result] of [
+        ['N-1', { id: 10n }],
+        ['N-2', cyclic],
+      ] as const) {
+        let runs = 0;
+        // A short lease: on the old code the claim stayed in progress and the next call after it ran again.
+        const fn = async () => {
+          runs++;
+          return result;
+        };
+        const first = await rejection(once.run({ action: act, key, lease: 50 }, fn));
+        expect(first).toMatchObject({ code: 'RESULT_NOT_SERIALIZABLE', replayed: false });
+        expect((await once.get(act, key))?.state).toBe('failed');
+        await sleep(80);
+        expect(await rejection(once.run({ action: act, key, lease: 50 }, fn))).toMatchObject({
+          code: 'RESULT_NOT_SERIALIZABLE',
+          replayed: true,
+        });
+        expect(runs).toBe(1);
+      }
+    });
+
     it('runs a burst of concurrent duplicates once', async () => {
       const act = action('burst');
       let runs = 0;

@@ -65,9 +65,9 @@ afterAll(async () => {
 describe('postgresStore: insertOrGet', () => {
   it('inserts once, then returns the existing record to a duplicate', async () => {
     const first = record();
-    expect(await store.insertOrGet(first)).toEqual({ inserted: true, record: first });
+    expect(await store.insertOrGet(first)).toEqual({ inserted: true, record: first, now: expect.any(Number) });
     const again = await store.insertOrGet({ ...first, fingerprint: 'fp-2', traceId: 'other' });
-    expect(again).toEqual({ inserted: false, record: first });
+    expect(again).toEqual({ inserted: false, record: first, now: expect.any(Number) });
     expect(await store.get(idOf(first))).toEqual(first);
   });
 

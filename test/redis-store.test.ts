@@ -4,7 +4,9 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OncelyError } from '../src/core/errors.js';
 import type { RecordId, StoredRecord } from '../src/core/record.js';
+import { createOncely, fingerprint } from '../src/index.js';
 import { redisStore } from '../src/redis/index.js';
+import { LEASE_MARGIN_MS } from '../src/redis/scripts.js';
 import { MAX_BATCH, recordKey } from '../src/redis/store.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from './support/redis.js';
 
@@ -82,9 +84,9 @@ describe('redis store', () => {
   it('inserts once and returns the existing record to a duplicate', async () => {
     const store = redisStore({ client: redis, prefix });
     const first = record({ result: '{"ok":1}' });
-    expect(await store.insertOrGet(first)).toEqual({ inserted: true, record: first });
+    expect(await store.insertOrGet(first)).toEqual({ inserted: true, record: first, now: expect.any(Number) });
     const again = await store.insertOrGet({ ...first, fingerprint: 'fp-2', fence: 9 });
-    expect(again).toEqual({ inserted: false, record: first });
+    expect(again).toEqual({ inserted: false, record: first, now: expect.any(Number) });
     expect(await store.get(first)).toEqual(first);
     expect(await store.get({ ...first, key: 'absent' })).toBeNull();
   });
@@ -158,13 +160,14 @@ describe('redis store', () => {
     const now = Date.now();
     const near = (ms: number) => expect.toSatisfy((v: number) => Math.abs(v - ms) < 2_000);
 
+    // An in_progress record outlives its lease by LEASE_MARGIN_MS, whatever its TTL.
     const leased = record({ leaseUntil: now + 120_000, expiresAt: now + 60_000 });
     await store.insertOrGet(leased);
-    expect(await pttl(leased)).toEqual(near(120_000));
+    expect(await pttl(leased)).toEqual(near(120_000 + LEASE_MARGIN_MS));
 
-    const shortLease = record({ leaseUntil: now + 10_000, expiresAt: now + 60_000 });
+    const shortLease = record({ leaseUntil: now + 10_000, expiresAt: now + 600_000 });
     await store.insertOrGet(shortLease);
-    expect(await pttl(shortLease)).toEqual(near(60_000));
+    expect(await pttl(shortLease)).toEqual(near(600_000));
 
     const done = { state: 'succeeded' as const, leaseUntil: null, expiresAt: now + 30_000 };
     await store.update(leased, { fence: 1, states: ['in_progress'] }, done);
@@ -183,6 +186,27 @@ describe('redis store', () => {
 
     await store.update(shortLease, { fence: 1, states: ['in_progress'] }, { state: 'unknown', leaseUntil: null });
     expect(await pttl(shortLease)).toBe(-1);
+  });
+
+  it('defect 11.14: a fence never goes back when an in-progress Redis key outlives its TTL', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const once = await createOncely({ store, tenant: 't1', defaults: { ttl: 50, lease: 100 } });
+    // A holder that claimed with a TTL shorter than its lease, then stalled (a long GC pause).
+    const stale = record({ leaseUntil: Date.now() + 100, expiresAt: Date.now() + 50, fingerprint: fingerprint(null) });
+    await store.insertOrGet(stale);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Past both: the claim is still there to take over (it used to vanish at lease end, and the
+    // next caller got fence 1 again).
+    const taken = await once.run({ action: stale.action, key: stale.key }, (ctx) => ctx.fence);
+    expect(taken.value).toBe(2);
+    // The stalled holder wakes up and completes with fence 1: refused.
+    const late = { state: 'succeeded' as const, result: '{"v":"stale"}', leaseUntil: null };
+    expect(await store.update(stale, { fence: 1, states: ['in_progress', 'unknown'] }, late)).toBe(false);
+    // Even once the record itself is gone (it expired), the key's next claim starts above every fence issued.
+    await redis.del(recordKey(prefix, stale));
+    const again = await once.run({ action: stale.action, key: stale.key }, (ctx) => ctx.fence);
+    expect(again.value).toBe(3);
+    expect(await store.update(stale, { fence: 2, states: ['in_progress', 'unknown'] }, late)).toBe(false);
   });
 
   it('lets Redis drop a record once its expiresAt has passed', async () => {
@@ -244,7 +268,7 @@ describe('redis store', () => {
   it('works on an ioredis client it was given, and never closes that one either', async () => {
     const store = redisStore({ client: io, prefix });
     const r = record();
-    expect(await store.insertOrGet(r)).toEqual({ inserted: true, record: r });
+    expect(await store.insertOrGet(r)).toEqual({ inserted: true, record: r, now: expect.any(Number) });
     expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { attempts: 2 })).toBe(true);
     expect(await store.get(r)).toEqual({ ...r, attempts: 2 });
     await store.close();
@@ -324,7 +348,10 @@ describe('redis store batches', () => {
     expect(sent).toHaveLength(1);
     const many = Array.from({ length: 3 * MAX_BATCH + 2 }, () => record());
     await Promise.all(many.map((r) => store.insertOrGet(r)));
-    expect(sent.slice(1).map((args) => args[2])).toEqual([MAX_BATCH, MAX_BATCH, MAX_BATCH, 2].map(String));
+    // Each run names every record's key and its fence counter's.
+    expect(sent.slice(1).map((args) => args[2])).toEqual(
+      [MAX_BATCH, MAX_BATCH, MAX_BATCH, 2].map((n) => String(2 * n)),
+    );
   });
 
   it('sends every run of a burst before the first one answers, so Redis can work while Node does', async () => {
@@ -356,8 +383,9 @@ describe('redis store batches', () => {
     // each script its keys in order, so the first inserts.
     expect(sent).toHaveLength(Math.ceil(200 / MAX_BATCH));
     expect(results.filter((r) => r.inserted)).toHaveLength(1);
-    expect(results[0]).toEqual({ inserted: true, record: { ...base, fingerprint: 'fp-0' } });
-    for (const r of results.slice(1)) expect(r).toEqual({ inserted: false, record: { ...base, fingerprint: 'fp-0' } });
+    expect(results[0]).toEqual({ inserted: true, record: { ...base, fingerprint: 'fp-0' }, now: expect.any(Number) });
+    for (const r of results.slice(1))
+      expect(r).toEqual({ inserted: false, record: { ...base, fingerprint: 'fp-0' }, now: expect.any(Number) });
   });
 
   it('inserts 500 concurrent unique records, each answered with its own', async () => {
@@ -366,7 +394,8 @@ describe('redis store batches', () => {
       record({ result: i % 2 ? `{"v":${i}}` : null, completedAt: i % 3 ? null : 1_000 + i }),
     );
     const results = await Promise.all(records.map((r) => store.insertOrGet(r)));
-    for (const [i, r] of results.entries()) expect(r).toEqual({ inserted: true, record: records[i] });
+    for (const [i, r] of results.entries())
+      expect(r).toEqual({ inserted: true, record: records[i], now: expect.any(Number) });
     const read = await Promise.all(records.map((r) => store.get(r)));
     expect(read).toEqual(records);
   });
@@ -413,10 +442,10 @@ describe('redis store batches', () => {
       const wrongType = expect.stringMatching(message);
       const inserts = await Promise.allSettled([g1, bad, g2, g3].map((r) => store.insertOrGet(r)));
       expect(inserts.map(outcome)).toEqual([
-        { inserted: true, record: g1 },
+        { inserted: true, record: g1, now: expect.any(Number) },
         wrongType,
-        { inserted: true, record: g2 },
-        { inserted: true, record: g3 },
+        { inserted: true, record: g2, now: expect.any(Number) },
+        { inserted: true, record: g3, now: expect.any(Number) },
       ]);
       const held = { fence: 1, states: ['in_progress' as const] };
       const updates = await Promise.allSettled([g1, bad, g2].map((r) => store.update(r, held, { attempts: 2 })));

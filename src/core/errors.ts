@@ -143,6 +143,31 @@ export class StoreUnavailableError extends OncelyError {
   }
 }
 
+/**
+ * The function ran (its effect happened) but its outcome could not be written, even after
+ * retrying for `completionRetry`. Unlike STORE_UNAVAILABLE this is not "nothing ran": `value` is
+ * what the function returned (or `failure` what it threw, for an outcome to be stored as a
+ * failure), and the record stays in progress until its lease runs out, when the action's
+ * `onLeaseExpired` decides.
+ */
+export class OutcomeNotStoredError extends OncelyError {
+  /** The function's return value (undefined when the outcome was a failure). */
+  readonly value: unknown;
+  /** What the function threw, when that failure was the outcome to store. */
+  readonly failure: unknown;
+
+  constructor(key: string, action: string, cause: unknown, outcome: { value?: unknown; failure?: unknown }) {
+    super(
+      'OUTCOME_NOT_STORED',
+      `key "${key}" of action "${action}" was executed, but its outcome could not be stored: ${cause instanceof Error ? cause.message : String(cause)}`,
+      { cause },
+    );
+    this.name = 'OutcomeNotStoredError';
+    this.value = outcome.value;
+    this.failure = outcome.failure;
+  }
+}
+
 /** An option or argument that cannot be used. */
 export class InvalidArgumentError extends OncelyError {
   constructor(message: string) {

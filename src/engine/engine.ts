@@ -5,13 +5,21 @@ import {
   KeyReusedError,
   LeaseLostError,
   OncelyError,
+  OutcomeNotStoredError,
   OutcomeUnknownError,
   StoreUnavailableError,
 } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
-import { decide, type PublicRecord, publicRecord, type RecordId, type StoredRecord } from '../core/record.js';
-import type { Expectation, RecordPatch, RecordStore } from '../store.js';
+import {
+  absoluteTimes as absolute,
+  decide,
+  type PublicRecord,
+  publicRecord,
+  type RecordId,
+  type StoredRecord,
+} from '../core/record.js';
+import type { Expectation, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
 import { LeaseKeeper } from './lease.js';
@@ -71,6 +79,12 @@ const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
 const PURGE_BATCH = 500;
 const NO_OPTIONS: ActionOptions = {};
+// Every write of the engine gives its times as durations from the store's clock (see WriteOptions),
+// so processes whose clocks disagree still agree on whose lease is live.
+const RELATIVE: WriteOptions = { relative: true };
+// A failed completion is retried after these pauses, doubling, until completionRetry runs out.
+const COMPLETION_RETRY_FIRST_MS = 20;
+const COMPLETION_RETRY_MAX_MS = 250;
 
 /**
  * Whether two calls pass the same per-call options. Each option by name: named reads stay fast
@@ -84,7 +98,8 @@ function sameOptions(a: ActionOptions, b: ActionOptions): boolean {
     a.wait === b.wait &&
     a.onError === b.onError &&
     a.onLeaseExpired === b.onLeaseExpired &&
-    a.maxResultBytes === b.maxResultBytes
+    a.maxResultBytes === b.maxResultBytes &&
+    a.completionRetry === b.completionRetry
   );
 }
 
@@ -97,6 +112,7 @@ function optionsGiven(request: ActionOptions): ActionOptions {
     onError: request.onError,
     onLeaseExpired: request.onLeaseExpired,
     maxResultBytes: request.maxResultBytes,
+    completionRetry: request.completionRetry,
   };
   return given;
 }
@@ -203,16 +219,16 @@ export class Oncely {
           record: publicRecord(record),
         },
       );
-    const expiresAt = expiry(now, resolved);
+    const expiresAt = resolved.ttlMs;
     let patch: RecordPatch;
-    if (resolution === 'retry') patch = { state: 'released', leaseUntil: null, updatedAt: now, expiresAt };
+    if (resolution === 'retry') patch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt };
     else if ('value' in resolution)
       patch = {
         state: 'succeeded',
         result: encodeValue(resolution.value),
         leaseUntil: null,
-        completedAt: now,
-        updatedAt: now,
+        completedAt: 0,
+        updatedAt: 0,
         expiresAt,
       };
     else
@@ -220,14 +236,15 @@ export class Oncely {
         state: 'failed',
         result: encodeError(resolution.error),
         leaseUntil: null,
-        completedAt: now,
-        updatedAt: now,
+        completedAt: 0,
+        updatedAt: 0,
         expiresAt,
       };
+    // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
-    if (!(await this.call(() => this.store.update(id, expect, patch))))
+    if (!(await this.call(() => this.store.update(id, expect, patch, undefined, RELATIVE))))
       throw new OncelyError('NOT_RESOLVABLE', 'the record changed while resolving it; read it again');
-    return publicRecord(record, patch);
+    return publicRecord(record, absolute(patch, now));
   }
 
   /** Deletes expired records in batches of `batchSize`; returns how many were deleted. */
@@ -271,8 +288,9 @@ export class Oncely {
     const deadline = options.waitMs > 0 ? Date.now() + options.waitMs : 0;
     let poll = WAIT_POLL_MIN_MS;
     for (;;) {
-      const now = Date.now();
-      // Fields written out: on Node 20 a spread followed by literal members is ~100x slower.
+      const sent = Date.now();
+      // Fields written out: on Node 20 a spread followed by literal members is ~100x slower. Times
+      // are durations from the store's clock (RELATIVE): the lease, the TTL, and 0 for now.
       const fresh: StoredRecord = {
         tenant: id.tenant,
         action: id.action,
@@ -281,18 +299,22 @@ export class Oncely {
         fingerprint: print,
         fence: 1,
         attempts: 1,
-        leaseUntil: now + options.leaseMs,
+        leaseUntil: options.leaseMs,
         result: null,
         traceId: randomUUID(),
-        createdAt: now,
-        updatedAt: now,
+        createdAt: 0,
+        updatedAt: 0,
         completedAt: null,
         // Under 'hold' a vanished claim must survive until someone decides, so it never expires.
-        expiresAt: options.onLeaseExpired === 'hold' ? null : expiry(now, options),
+        expiresAt: options.onLeaseExpired === 'hold' ? null : options.ttlMs,
       };
-      const found = await this.call(() => this.store.insertOrGet(fresh, tx));
-      if (found.inserted) return this.execute(found.record, options, tx, fn);
+      const found = await this.call(() => this.store.insertOrGet(fresh, tx, RELATIVE));
+      // What the store's clock reads against this process's: the stored times are by the store's.
+      const skew = found.now - Date.now();
+      if (found.inserted) return this.execute(found.record, options, tx, fn, sent, skew);
       const record = found.record;
+      // Leases and expiries are judged by the store's clock, never this process's.
+      const now = found.now;
       const decision = decide(record, print, options.onLeaseExpired, now);
       switch (decision.kind) {
         case 'replay': {
@@ -305,24 +327,48 @@ export class Oncely {
         case 'unknown':
           throw new OutcomeUnknownError(publicRecord(record));
         case 'mark_unknown': {
-          const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: now };
-          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx)))
-            throw new OutcomeUnknownError(publicRecord(record, patch));
+          const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: 0 };
+          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE)))
+            throw new OutcomeUnknownError(publicRecord(record, absolute(patch, now)));
           continue;
         }
         case 'take_over':
         case 'start_fresh': {
-          // A takeover keeps the intent's trace and attempt count; an expired key starts a new life.
-          const claimed: StoredRecord = { ...fresh };
-          if (decision.kind === 'take_over') {
-            claimed.traceId = record.traceId;
-            claimed.createdAt = record.createdAt;
-            claimed.attempts = record.attempts + 1;
+          // A takeover keeps the intent's trace, creation and attempt count; an expired key starts a new life.
+          const kept = decision.kind === 'take_over';
+          const patch: RecordPatch = {
+            state: 'in_progress',
+            fingerprint: print,
+            fence: record.fence + 1,
+            attempts: kept ? record.attempts + 1 : 1,
+            leaseUntil: options.leaseMs,
+            result: null,
+            traceId: kept ? record.traceId : fresh.traceId,
+            updatedAt: 0,
+            completedAt: null,
+            expiresAt: fresh.expiresAt,
+          };
+          if (!kept) patch.createdAt = 0;
+          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE))) {
+            // The claim as stored, its times by the store's clock as read (the write's own now is a little later).
+            const claimed: StoredRecord = {
+              tenant: id.tenant,
+              action: id.action,
+              key: id.key,
+              state: 'in_progress',
+              fingerprint: print,
+              fence: record.fence + 1,
+              attempts: patch.attempts as number,
+              leaseUntil: now + options.leaseMs,
+              result: null,
+              traceId: patch.traceId as string,
+              createdAt: kept ? record.createdAt : now,
+              updatedAt: now,
+              completedAt: null,
+              expiresAt: fresh.expiresAt === null ? null : now + fresh.expiresAt,
+            };
+            return this.execute(claimed, options, tx, fn, sent, skew);
           }
-          claimed.fence = record.fence + 1;
-          const { tenant: _t, action: _a, key: _k, ...patch } = claimed;
-          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx)))
-            return this.execute(claimed, options, tx, fn);
           continue;
         }
         case 'in_progress': {
@@ -341,9 +387,11 @@ export class Oncely {
     options: ResolvedOptions,
     tx: unknown,
     fn: (ctx: RunContext) => Promise<T> | T,
+    claimedAt: number,
+    skew: number,
   ): Promise<RunResult<T>> {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
-    const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs) : undefined;
+    const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt) : undefined;
     const ctx = new ExecutionContext(record, keeper);
     let value: T;
     try {
@@ -351,45 +399,137 @@ export class Oncely {
     } catch (error) {
       keeper?.stop();
       if (storesError(options.onError, error)) {
-        await this.complete(record, finished('failed', encodeError(error), options), tx);
+        await this.complete(
+          record,
+          finished('failed', encodeError(error), options),
+          options,
+          tx,
+          keeper,
+          skew,
+          undefined,
+          error,
+        );
       } else {
-        const now = Date.now();
-        const patch: RecordPatch = {
-          state: 'released',
-          leaseUntil: null,
-          updatedAt: now,
-          expiresAt: expiry(now, options),
-        };
+        const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt: options.ttlMs };
         // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
-        await this.store.update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx).catch(() => false);
+        await this.store
+          .update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx, RELATIVE)
+          .catch(() => false);
       }
       throw error;
     }
     keeper?.stop();
-    const result = encodeValue(value);
+    let result: string;
+    try {
+      result = encodeValue(value);
+    } catch (error) {
+      // The effect happened; a result JSON cannot hold (a bigint, a cycle) is stored as a failure,
+      // as a too-large one is, so retries replay the failure instead of running the effect again.
+      await this.complete(
+        record,
+        finished('failed', encodeError(error), options),
+        options,
+        tx,
+        keeper,
+        skew,
+        undefined,
+        error,
+      );
+      throw error;
+    }
     if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
       // The effect happened; storing it as a failure keeps it from happening again.
       const error = new OncelyError(
         'RESULT_TOO_LARGE',
         `result is larger than maxResultBytes (${options.maxResultBytes})`,
       );
-      await this.complete(record, finished('failed', encodeError(error), options), tx);
+      await this.complete(
+        record,
+        finished('failed', encodeError(error), options),
+        options,
+        tx,
+        keeper,
+        skew,
+        undefined,
+        error,
+      );
       throw error;
     }
+    const decoded = decodeValue<T>(result);
     const patch = finished('succeeded', result, options);
-    await this.complete(record, patch, tx);
-    return { value: decodeValue<T>(result), replayed: false, record: publicRecord(record, patch) };
+    const done = await this.complete(record, patch, options, tx, keeper, skew, decoded, undefined);
+    return { value: decoded, replayed: false, record: done };
   }
 
   /**
    * Writes the outcome if this caller still holds the claim (its fence). A record turned unknown
    * meanwhile is still ours to settle: the late outcome is the answer a reconciler would look for.
+   * Returns the record as written, its times by the store's clock as this process estimates it.
    */
-  private async complete(record: StoredRecord, patch: RecordPatch, tx: unknown): Promise<void> {
-    const holder = { fence: record.fence, states: ['in_progress', 'unknown'] as const };
-    if (!(await this.call(() => this.store.update(record, holder, patch, tx))))
-      throw new LeaseLostError(record.key, record.action);
-    if (tx === undefined) this.cache?.set(publicRecord(record, patch), patch.result ?? null);
+  private async complete(
+    record: StoredRecord,
+    patch: RecordPatch,
+    options: ResolvedOptions,
+    tx: unknown,
+    keeper: LeaseKeeper | undefined,
+    skew: number,
+    // The outcome, carried by OUTCOME_NOT_STORED if it cannot be written: a value, or a failure to store.
+    value: unknown,
+    failure: unknown,
+  ): Promise<PublicRecord> {
+    const holder: Expectation = { fence: record.fence, states: COMPLETABLE };
+    let written: boolean;
+    try {
+      written = await this.store.update(record, holder, patch, tx, RELATIVE);
+    } catch (error) {
+      // The function ran: a store failure now is not "nothing ran". Inside a caller's transaction a
+      // failed statement dooms it, so there is nothing to retry there.
+      if (error instanceof OncelyError || tx !== undefined || !keeper)
+        throw completionFailure(error, record, value, failure);
+      written = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure);
+    }
+    if (!written) throw new LeaseLostError(record.key, record.action);
+    const done = publicRecord(record, absolute(patch, Date.now() + skew));
+    if (tx === undefined) this.cache?.set(done, patch.result ?? null);
+    return done;
+  }
+
+  /**
+   * Retries a completion the store failed, with backoff, for `completionRetry`, renewing the lease
+   * meanwhile so nobody takes the claim over while its outcome is on the way. A write whose answer
+   * was lost may have landed: a refusal is checked against the record before it counts as lost.
+   */
+  private async retryCompletion(
+    record: StoredRecord,
+    holder: Expectation,
+    patch: RecordPatch,
+    options: ResolvedOptions,
+    keeper: LeaseKeeper,
+    first: unknown,
+    value: unknown,
+    failure: unknown,
+  ): Promise<boolean> {
+    const deadline = Date.now() + options.completionRetryMs;
+    let pause = COMPLETION_RETRY_FIRST_MS;
+    let last = first;
+    keeper.resume();
+    try {
+      while (Date.now() < deadline) {
+        await sleep(Math.min(pause, Math.max(deadline - Date.now(), 1)));
+        pause = Math.min(pause * 2, COMPLETION_RETRY_MAX_MS);
+        try {
+          if (await this.store.update(record, holder, patch, undefined, RELATIVE)) return true;
+          const stored = await this.store.get(record);
+          return stored?.fence === record.fence && stored.state === patch.state && stored.result === patch.result;
+        } catch (error) {
+          if (error instanceof OncelyError) throw error;
+          last = error;
+        }
+      }
+    } finally {
+      keeper.stop();
+    }
+    throw completionFailure(last, record, value, failure);
   }
 
   /** The stored outcome, as a duplicate gets it; `record` becomes the caller's. */
@@ -442,15 +582,18 @@ function seenAs(record: StoredRecord): Expectation {
   return { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
 }
 
-/** When a record written now stops answering for its key. */
-function expiry(now: number, options: ResolvedOptions): number | null {
-  return options.ttlMs === null ? null : now + options.ttlMs;
+/** States in which a holder may still write its outcome. */
+const COMPLETABLE = ['in_progress', 'unknown'] as const;
+
+/** A failed completion as its caller sees it: the function ran, so OUTCOME_NOT_STORED with its outcome. */
+function completionFailure(error: unknown, record: StoredRecord, value: unknown, failure: unknown): OncelyError {
+  if (error instanceof OncelyError && error.code !== 'STORE_UNAVAILABLE') return error;
+  return new OutcomeNotStoredError(record.key, record.action, error, { value, failure });
 }
 
-/** The patch of a finished record. */
+/** The relative patch of a finished record: completed now, expiring a TTL from now. */
 function finished(state: 'succeeded' | 'failed', result: string, options: ResolvedOptions): RecordPatch {
-  const now = Date.now();
-  return { state, result, leaseUntil: null, completedAt: now, updatedAt: now, expiresAt: expiry(now, options) };
+  return { state, result, leaseUntil: null, completedAt: 0, updatedAt: 0, expiresAt: options.ttlMs };
 }
 
 function sleep(ms: number): Promise<void> {

@@ -1,6 +1,9 @@
 import { LeaseLostError } from '../core/errors.js';
 import type { StoredRecord } from '../core/record.js';
-import type { RecordStore } from '../store.js';
+import type { RecordPatch, RecordStore, WriteOptions } from '../store.js';
+
+// Renewals write the lease as a duration from the store's clock (see WriteOptions).
+const RELATIVE: WriteOptions = { relative: true };
 
 // Every running execution's keeper, renewed by one timer armed for the earliest renewal due. A
 // timer per execution cost more than the rest of a short execution; most finish long before
@@ -38,7 +41,10 @@ export class LeaseKeeper {
   // Created on first use: an AbortController per execution costs more than the rest of the engine.
   private controller: AbortController | undefined;
   private lost: LeaseLostError | undefined;
-  private leaseUntil: number;
+  private stopped = false;
+  // When the lease runs out by this process's clock: from when the last successful write was sent,
+  // so it never ends later than the store's own reckoning. Only ever compared with Date.now().
+  private expires: number;
   private readonly period: number;
   /** When the next renewal is due (epoch ms). */
   dueAt: number;
@@ -47,8 +53,9 @@ export class LeaseKeeper {
     private readonly store: RecordStore,
     private readonly record: StoredRecord,
     private readonly leaseMs: number,
+    claimedAt: number,
   ) {
-    this.leaseUntil = record.leaseUntil ?? 0;
+    this.expires = claimedAt + leaseMs;
     this.period = Math.max(Math.floor(leaseMs / 3), 5);
     this.dueAt = Date.now() + this.period;
     running.add(this);
@@ -58,21 +65,26 @@ export class LeaseKeeper {
   /** Renews now, and schedules the next renewal a period later whatever this one's outcome. */
   renew(now: number): void {
     this.dueAt = now + this.period;
-    void this.write(now + this.leaseMs);
+    void this.write(now);
   }
 
-  private async write(next: number): Promise<void> {
+  private async write(sent: number): Promise<void> {
+    const patch: RecordPatch = { leaseUntil: this.leaseMs, updatedAt: 0 };
     try {
       const kept = await this.store.update(
         this.record,
         { fence: this.record.fence, states: ['in_progress'] },
-        { leaseUntil: next, updatedAt: Date.now() },
+        patch,
+        undefined,
+        RELATIVE,
       );
-      if (kept) this.leaseUntil = next;
+      // A renewal answered after the function settled (and its outcome was written) has nothing to keep.
+      if (this.stopped) return;
+      if (kept) this.expires = sent + this.leaseMs;
       else this.lose();
     } catch {
       // A store outage is not a takeover; only give up once the lease has really run out.
-      if (Date.now() >= this.leaseUntil) this.lose();
+      if (!this.stopped && Date.now() >= this.expires) this.lose();
     }
   }
 
@@ -94,6 +106,16 @@ export class LeaseKeeper {
 
   /** Stops renewing; called once the function settled. */
   stop(): void {
+    this.stopped = true;
     running.delete(this);
+  }
+
+  /** Renews again (from now on) while a failed completion is retried, so the claim is kept meanwhile. */
+  resume(): void {
+    if (this.lost) return;
+    this.stopped = false;
+    this.dueAt = Date.now();
+    running.add(this);
+    arm(this.dueAt);
   }
 }

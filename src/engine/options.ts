@@ -19,6 +19,11 @@ export interface ActionOptions {
   onLeaseExpired?: LeaseExpiredPolicy;
   /** Largest stored result in bytes of JSON; a bigger result is stored as a RESULT_TOO_LARGE failure. Default 1 MiB. */
   maxResultBytes?: number;
+  /**
+   * How long to keep retrying the write of an outcome the store failed to take (the function
+   * already ran), while the lease is renewed; then OUTCOME_NOT_STORED. Default: the lease.
+   */
+  completionRetry?: Duration;
 }
 
 /** ActionOptions converted to milliseconds and checked. */
@@ -29,20 +34,23 @@ export interface ResolvedOptions {
   onError: ErrorPolicy;
   onLeaseExpired: LeaseExpiredPolicy;
   maxResultBytes: number;
+  completionRetryMs: number;
 }
 
-const BUILT_IN: Required<ActionOptions> = {
+// completionRetry has no fixed default: it follows the lease.
+const BUILT_IN: Required<Omit<ActionOptions, 'completionRetry'>> & Pick<ActionOptions, 'completionRetry'> = {
   ttl: '24h',
   lease: '30s',
   wait: false,
   onError: 'release',
   onLeaseExpired: 'retry',
   maxResultBytes: 1024 * 1024,
+  completionRetry: undefined,
 };
 
 /** Merges option layers (later wins) and converts them once, so hot paths read plain numbers. */
 export function resolveOptions(...layers: (ActionOptions | undefined)[]): ResolvedOptions {
-  const merged: Required<ActionOptions> = { ...BUILT_IN };
+  const merged = { ...BUILT_IN };
   for (const layer of layers) {
     if (!layer) continue;
     for (const [name, value] of Object.entries(layer)) {
@@ -64,6 +72,7 @@ export function resolveOptions(...layers: (ActionOptions | undefined)[]): Resolv
     onError: merged.onError,
     onLeaseExpired: merged.onLeaseExpired,
     maxResultBytes: merged.maxResultBytes,
+    completionRetryMs: merged.completionRetry === undefined ? leaseMs : toMs(merged.completionRetry, 'completionRetry'),
   };
 }
 

@@ -11,9 +11,21 @@ export interface StoredError {
 // Results are wrapped ({ v } or { e }) so `undefined` and `null` values both survive a replay.
 type Outcome = { v?: unknown } | { e: StoredError };
 
-/** JSON text of a successful value. */
+/**
+ * JSON text of a successful value. Values follow JSON.stringify exactly (a Map becomes `{}`, an
+ * `undefined` in an array `null`, and the first call returns that same shape); what it cannot
+ * write at all (a bigint, a cycle, a throwing toJSON) is RESULT_NOT_SERIALIZABLE.
+ */
 export function encodeValue(value: unknown): string {
-  return JSON.stringify({ v: value } satisfies Outcome);
+  try {
+    return JSON.stringify({ v: value } satisfies Outcome);
+  } catch (cause) {
+    throw new OncelyError(
+      'RESULT_NOT_SERIALIZABLE',
+      `result cannot be stored as JSON: ${cause instanceof Error ? cause.message : String(cause)}`,
+      { cause },
+    );
+  }
 }
 
 /** JSON text of a failure: name, message and code of the error, never its stack. */

@@ -9,6 +9,12 @@ import type { PgPool } from './store.js';
 export async function migrate(pool: PgPool, names: sql.Names): Promise<void> {
   const client = await pool.connect();
   let broken: unknown;
+  // A checked-out client whose backend dies emits 'error'; unheard, that crashes the process. The
+  // statement in flight fails with it anyway, and the client must not go back to the pool.
+  const onError = (error: unknown) => {
+    broken ??= error;
+  };
+  client.on?.('error', onError);
   try {
     await client.query('BEGIN');
     try {
@@ -36,6 +42,7 @@ export async function migrate(pool: PgPool, names: sql.Names): Promise<void> {
       throw error;
     }
   } finally {
+    client.off?.('error', onError);
     client.release(broken instanceof Error ? broken : undefined);
   }
 }

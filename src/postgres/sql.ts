@@ -108,6 +108,26 @@ const FIELDS = [
 const COLUMNS = FIELDS.map(([, column]) => column).join(', ');
 const SELECTED = FIELDS.map(([, column]) => `r.${column}`).join(', ');
 
+/**
+ * The database's clock in epoch ms. Leases and expiries are measured by it (see WriteOptions), so
+ * processes whose own clocks disagree agree on whose lease is live. clock_timestamp(), not now():
+ * inside a caller's long transaction now() is when that transaction began.
+ */
+const CLOCK = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
+
+/** Columns holding times: in a relative write each value is ms from the clock's now. */
+const TIME_COLUMNS: ReadonlySet<string> = new Set([
+  'lease_until',
+  'created_at',
+  'updated_at',
+  'completed_at',
+  'expires_at',
+]);
+
+/** The expression a relative write stores for a time value `value` (null stays null). */
+const fromNow = (value: string, column: string, shift: string): string =>
+  TIME_COLUMNS.has(column) ? `${value} + ${shift}` : value;
+
 /** The patch's fields, checked against the whitelist; fields set to undefined are left alone. */
 export function patchMask(patch: RecordPatch): number {
   let mask = 0;
@@ -120,53 +140,69 @@ export function patchMask(patch: RecordPatch): number {
   return mask;
 }
 
-/** Inserts one record unless its id exists; a returned row means it was inserted. */
-export function insertOne(n: Names, record: StoredRecord): Query {
-  const params = FIELDS.map(([, , type], i) => `$${i + 1}::${type}`).join(', ');
+/**
+ * Inserts one record unless its id exists; a returned row (its id and the clock's `now`) means it
+ * was inserted. `relative`: its times are ms from the clock's now (see WriteOptions).
+ */
+export function insertOne(n: Names, record: StoredRecord, relative: boolean): Query {
+  const shift = relative ? 'c.now' : '0';
+  const params = FIELDS.map(([, column, type], i) => fromNow(`$${i + 1}::${type}`, column, shift)).join(', ');
   return {
-    text: `INSERT INTO ${n.records} (${COLUMNS}) VALUES (${params}) ON CONFLICT (tenant, action, key) DO NOTHING RETURNING key`,
+    text: `WITH c AS (SELECT ${CLOCK} AS now), ins AS (
+  INSERT INTO ${n.records} (${COLUMNS}) SELECT ${params} FROM c
+  ON CONFLICT (tenant, action, key) DO NOTHING RETURNING key
+) SELECT ins.key, c.now FROM ins, c`,
     values: FIELDS.map(([field]) => record[field]),
   };
 }
 
-/** Inserts many records (distinct ids) in array order; returns the ids that were inserted. */
-export function insertMany(n: Names, records: readonly StoredRecord[]): Query {
+/** Inserts many records (distinct ids) in array order; returns the ids that were inserted, and the clock's `now`. */
+export function insertMany(n: Names, records: readonly StoredRecord[], relative: readonly boolean[]): Query {
   const arrays = FIELDS.map(([, , type], i) => `$${i + 1}::${type}[]`).join(', ');
+  const shift = 'CASE WHEN v.relative THEN c.now ELSE 0 END';
+  const selected = FIELDS.map(([, column]) => fromNow(`v.${column}`, column, shift)).join(', ');
   return {
     // Array order is kept so every process inserts overlapping ids in the same order (no deadlock).
-    text: `INSERT INTO ${n.records} (${COLUMNS})
-SELECT ${COLUMNS} FROM unnest(${arrays}) WITH ORDINALITY AS v(${COLUMNS}, i) ORDER BY i
-ON CONFLICT (tenant, action, key) DO NOTHING RETURNING tenant, action, key`,
-    values: FIELDS.map(([field]) => records.map((record) => record[field])),
+    text: `WITH c AS (SELECT ${CLOCK} AS now), ins AS (
+  INSERT INTO ${n.records} (${COLUMNS})
+  SELECT ${selected} FROM c, unnest(${arrays}, $${FIELDS.length + 1}::boolean[]) WITH ORDINALITY AS v(${COLUMNS}, relative, i) ORDER BY i
+  ON CONFLICT (tenant, action, key) DO NOTHING RETURNING tenant, action, key
+) SELECT ins.tenant, ins.action, ins.key, c.now FROM ins, c`,
+    values: [...FIELDS.map(([field]) => records.map((record) => record[field])), relative],
   };
 }
 
-/** Reads one record. */
+/** Reads one record, with the clock's `now` (what its lease and expiry are compared with). */
 export function selectOne(n: Names, id: RecordId): Query {
   return {
-    text: `SELECT ${SELECTED} FROM ${n.records} r WHERE r.tenant = $1 AND r.action = $2 AND r.key = $3`,
+    text: `SELECT ${SELECTED}, ${CLOCK} AS now FROM ${n.records} r WHERE r.tenant = $1 AND r.action = $2 AND r.key = $3`,
     values: [id.tenant, id.action, id.key],
   };
 }
 
-/** Reads the records of many ids; missing ones return no row. */
+/** Reads the records of many ids, each row with the clock's `now`; missing ones return no row. */
 export function selectMany(n: Names, ids: readonly RecordId[]): Query {
   return {
-    text: `SELECT ${SELECTED} FROM ${n.records} r
+    text: `SELECT ${SELECTED}, c.now FROM (SELECT ${CLOCK} AS now) c, ${n.records} r
 JOIN unnest($1::text[], $2::text[], $3::text[]) AS v(tenant, action, key)
 ON r.tenant = v.tenant AND r.action = v.action AND r.key = v.key`,
     values: [ids.map((id) => id.tenant), ids.map((id) => id.action), ids.map((id) => id.key)],
   };
 }
 
-/** Applies one patch if the record matches the expectation; a returned row means it did. */
-export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: RecordPatch): Query {
+/**
+ * Applies one patch if the record matches the expectation; a returned row means it did.
+ * `relative`: the patch's times are ms from the clock's now (see WriteOptions).
+ */
+export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: RecordPatch, relative: boolean): Query {
   const mask = patchMask(patch);
   const values: unknown[] = [id.tenant, id.action, id.key, expect.fence, expect.states];
   const sets = PATCHABLE.flatMap(([field, column, type], bit) => {
     if ((mask & (1 << bit)) === 0) return [];
     values.push(patch[field]);
-    return [`${column} = $${values.length}::${type}`];
+    return [
+      `${column} = ${relative ? fromNow(`$${values.length}::${type}`, column, 'c.now') : `$${values.length}::${type}`}`,
+    ];
   });
   // An empty patch is a pure compare: touch nothing, still report whether the row matched.
   if (sets.length === 0) sets.push('fence = r.fence');
@@ -175,7 +211,8 @@ export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: Re
     values.push(expect.leaseUntil);
     where += ` AND r.lease_until IS NOT DISTINCT FROM $${values.length}::bigint`;
   }
-  return { text: `UPDATE ${n.records} r SET ${sets.join(', ')} WHERE ${where} RETURNING r.key`, values };
+  const clock = relative ? ` FROM (SELECT ${CLOCK} AS now) c` : '';
+  return { text: `UPDATE ${n.records} r SET ${sets.join(', ')}${clock} WHERE ${where} RETURNING r.key`, values };
 }
 
 /** One conditional write of a batch. */
@@ -183,15 +220,19 @@ export interface UpdateItem {
   id: RecordId;
   expect: Expectation;
   patch: RecordPatch;
+  /** The patch's times are ms from the clock's now (see WriteOptions). */
+  relative: boolean;
 }
 
 /** Applies many conditional writes (distinct ids) at once; returns the positions (1-based) that applied. */
 export function updateMany(n: Names, items: readonly UpdateItem[]): Query {
-  const patchArrays = PATCHABLE.map(([, , type], i) => `$${i + 9}::${type}[]`).join(', ');
+  const patchArrays = PATCHABLE.map(([, , type], i) => `$${i + 10}::${type}[]`).join(', ');
   const patchColumns = PATCHABLE.map(([, column]) => column).join(', ');
+  const shift = 'CASE WHEN v.relative THEN c.now ELSE 0 END';
   // A mask bit per field lets patches of any shape share one statement.
   const sets = PATCHABLE.map(
-    ([, column], bit) => `${column} = CASE WHEN v.mask & ${1 << bit} <> 0 THEN v.${column} ELSE r.${column} END`,
+    ([, column], bit) =>
+      `${column} = CASE WHEN v.mask & ${1 << bit} <> 0 THEN ${fromNow(`v.${column}`, column, shift)} ELSE r.${column} END`,
   ).join(',\n  ');
   const values: unknown[] = [
     items.map((u) => u.id.tenant),
@@ -202,13 +243,14 @@ export function updateMany(n: Names, items: readonly UpdateItem[]): Query {
     items.map((u) => u.expect.leaseUntil !== undefined),
     items.map((u) => u.expect.leaseUntil ?? null),
     items.map((u) => patchMask(u.patch)),
+    items.map((u) => u.relative),
     ...PATCHABLE.map(([field]) => items.map((u) => u.patch[field] ?? null)),
   ];
   return {
     // Rows are locked in key order first, so concurrent batches over the same ids never deadlock.
-    text: `WITH v AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::boolean[], $7::bigint[], $8::int[], ${patchArrays})
-  WITH ORDINALITY AS v(tenant, action, key, expect_fence, expect_states, check_lease, expect_lease, mask, ${patchColumns}, i)
+    text: `WITH c AS (SELECT ${CLOCK} AS now), v AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::boolean[], $7::bigint[], $8::int[], $9::boolean[], ${patchArrays})
+  WITH ORDINALITY AS v(tenant, action, key, expect_fence, expect_states, check_lease, expect_lease, mask, relative, ${patchColumns}, i)
 ), locked AS (
   SELECT r.tenant, r.action, r.key FROM ${n.records} r
   JOIN v ON r.tenant = v.tenant AND r.action = v.action AND r.key = v.key
@@ -216,7 +258,7 @@ export function updateMany(n: Names, items: readonly UpdateItem[]): Query {
 )
 UPDATE ${n.records} r SET
   ${sets}
-FROM v JOIN locked l ON l.tenant = v.tenant AND l.action = v.action AND l.key = v.key
+FROM c, v JOIN locked l ON l.tenant = v.tenant AND l.action = v.action AND l.key = v.key
 WHERE r.tenant = v.tenant AND r.action = v.action AND r.key = v.key
   AND r.fence = v.expect_fence AND r.state = ANY(string_to_array(v.expect_states, ','))
   AND (NOT v.check_lease OR r.lease_until IS NOT DISTINCT FROM v.expect_lease)
@@ -225,14 +267,19 @@ RETURNING v.i`,
   };
 }
 
-/** Deletes up to `limit` expired records, never unknown ones or live claims; skips rows others hold. */
+/**
+ * Deletes up to `limit` expired records, never unknown ones or live claims; skips rows others hold.
+ * Expired means by `now` and by the database's clock both: a caller whose clock runs ahead never
+ * deletes a claim whose lease the database still counts as live.
+ */
 export function purgeExpired(n: Names, now: number, limit: number): Query {
   return {
     // By ctid, so each deletion is one tuple fetch however many records have expired. A row updated
     // since the snapshot has a new ctid (or was excluded when locked): left for the next purge.
     text: `DELETE FROM ${n.records} r WHERE r.ctid = ANY(ARRAY(
-  SELECT e.ctid FROM ${n.records} e WHERE e.expires_at <= $1 AND e.state <> 'unknown'
-    AND (e.state <> 'in_progress' OR e.lease_until <= $1)
+  SELECT e.ctid FROM ${n.records} e, (SELECT LEAST($1::bigint, ${CLOCK}) AS now) c
+  WHERE e.expires_at <= c.now AND e.state <> 'unknown'
+    AND (e.state <> 'in_progress' OR e.lease_until <= c.now)
   LIMIT $2 FOR UPDATE SKIP LOCKED
 ))`,
     values: [now, limit],

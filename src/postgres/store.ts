@@ -1,7 +1,7 @@
 import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
-import type { RecordId, StoredRecord } from '../core/record.js';
-import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
+import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import { migrate } from './migrate.js';
 import * as sql from './sql.js';
 
@@ -19,6 +19,9 @@ export interface PgQueryable {
 /** A connection checked out of a pool. */
 export interface PgPoolClient extends PgQueryable {
   release(error?: Error | boolean): void;
+  /** A pg client is an EventEmitter: 'error' when its backend dies. */
+  on?(event: 'error', listener: (error: unknown) => void): unknown;
+  off?(event: 'error', listener: (error: unknown) => void): unknown;
 }
 
 /** The few pool methods the store uses; a pg Pool fits. */
@@ -69,42 +72,77 @@ const isItemError = (error: unknown): boolean => {
   return typeof code === 'string' && (code.startsWith('22') || code.startsWith('23'));
 };
 
+/** A record to insert, and whether its times are relative to the database's clock (see WriteOptions). */
+interface Insert {
+  record: StoredRecord;
+  relative: boolean;
+}
+
 /** Inserts records with distinct ids unless present; answers by id key. */
-async function insertAll(db: PgQueryable, n: sql.Names, records: StoredRecord[]): Promise<Map<string, InsertResult>> {
+async function insertAll(db: PgQueryable, n: sql.Names, inserts: Insert[]): Promise<Map<string, InsertResult>> {
   const answers = new Map<string, InsertResult>();
   // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
-  let pending = records.length > 1 ? [...records].sort(compareIds) : records;
+  let pending = inserts.length > 1 ? [...inserts].sort((a, b) => compareIds(a.record, b.record)) : inserts;
   for (let round = 0; pending.length > 0; round++) {
-    if (round === MAX_INSERT_ROUNDS) throw new Error(`record of key "${pending[0]?.key}" vanished ${round} times`);
-    const insert = pending.length === 1 ? sql.insertOne(n, pending[0] as StoredRecord) : sql.insertMany(n, pending);
+    if (round === MAX_INSERT_ROUNDS)
+      throw new Error(`record of key "${pending[0]?.record.key}" vanished ${round} times`);
+    const only = pending[0] as Insert;
+    const insert =
+      pending.length === 1
+        ? sql.insertOne(n, only.record, only.relative)
+        : sql.insertMany(
+            n,
+            pending.map((p) => p.record),
+            pending.map((p) => p.relative),
+          );
     const { rows: insertedRows } = await db.query(insert.text, insert.values);
+    // Every returned row carries the clock's now at the insert, which a relative record's times count from.
+    const now = insertedRows.length > 0 ? Number((insertedRows[0] as { now: string | number }).now) : 0;
     const inserted =
       pending.length === 1
-        ? new Set(insertedRows.length === 1 ? [idKey(pending[0] as StoredRecord)] : [])
+        ? new Set(insertedRows.length === 1 ? [idKey(only.record)] : [])
         : new Set(insertedRows.map((row) => idKey(row as RecordId)));
     const conflicts = [];
-    for (const record of pending) {
-      if (inserted.has(idKey(record))) answers.set(idKey(record), { inserted: true, record: { ...record } });
-      else conflicts.push(record);
+    for (const p of pending) {
+      if (!inserted.has(idKey(p.record))) conflicts.push(p);
+      else
+        answers.set(idKey(p.record), {
+          inserted: true,
+          record: p.relative ? absoluteRecord(p.record, now) : { ...p.record },
+          now,
+        });
     }
     if (conflicts.length === 0) break;
     // A new statement sees rows committed by the transactions our insert conflicted with, which
     // the insert's own snapshot (READ COMMITTED) may not; a row purged meanwhile is inserted again.
-    const found = await selectAll(db, n, conflicts);
-    pending = conflicts.filter((record) => {
-      const existing = found.get(idKey(record));
-      if (existing) answers.set(idKey(record), { inserted: false, record: existing });
+    const found = await selectAll(
+      db,
+      n,
+      conflicts.map((p) => p.record),
+    );
+    pending = conflicts.filter((p) => {
+      const existing = found.get(idKey(p.record));
+      if (existing) answers.set(idKey(p.record), { inserted: false, record: existing.record, now: existing.now });
       return !existing;
     });
   }
   return answers;
 }
 
-/** Reads the records of some ids; answers by id key. */
-async function selectAll(db: PgQueryable, n: sql.Names, ids: RecordId[]): Promise<Map<string, StoredRecord>> {
+/** Reads the records of some ids, each with the database clock's now; answers by id key. */
+async function selectAll(
+  db: PgQueryable,
+  n: sql.Names,
+  ids: RecordId[],
+): Promise<Map<string, { record: StoredRecord; now: number }>> {
   const select = ids.length === 1 ? sql.selectOne(n, ids[0] as RecordId) : sql.selectMany(n, ids);
   const { rows } = await db.query(select.text, select.values);
-  return new Map(rows.map((row) => [idKey(row as RecordId), sql.toRecord(row as sql.RecordRow)]));
+  return new Map(
+    rows.map((row) => [
+      idKey(row as RecordId),
+      { record: sql.toRecord(row as sql.RecordRow), now: Number((row as { now: string | number }).now) },
+    ]),
+  );
 }
 
 /** One conditional write of a batch, checked before it is queued. */
@@ -113,8 +151,8 @@ type UpdateItem = sql.UpdateItem;
 /** Applies conditional writes with distinct ids; answers in item order. */
 async function updateAll(db: PgQueryable, n: sql.Names, items: UpdateItem[]): Promise<boolean[]> {
   if (items.length === 1) {
-    const { id, expect, patch } = items[0] as UpdateItem;
-    const update = sql.updateOne(n, id, expect, patch);
+    const { id, expect, patch, relative } = items[0] as UpdateItem;
+    const update = sql.updateOne(n, id, expect, patch, relative);
     return [(await db.query(update.text, update.values)).rows.length > 0];
   }
   const update = sql.updateMany(n, items);
@@ -139,6 +177,27 @@ async function openPool(connectionString: string): Promise<PgPool> {
   return pool;
 }
 
+// Clients given as `tx` that carry the store's 'error' listener, so it is added once per client.
+const listening = new WeakSet<object>();
+
+/**
+ * A checked-out pg client emits 'error' when its backend dies (pg_terminate_backend, a restart)
+ * and, with no listener, that event crashes the process. The statement in flight already fails
+ * with the error, which is how the caller hears of it; the listener only keeps the process alive.
+ */
+function watched<C extends PgQueryable>(client: C): C {
+  const emitter = client as unknown as { on?: (event: 'error', listener: (error: unknown) => void) => unknown };
+  if (typeof emitter.on === 'function' && !listening.has(client)) {
+    listening.add(client);
+    emitter.on('error', ignoreClientError);
+  }
+  return client;
+}
+
+function ignoreClientError(): void {
+  // The failing statement carries the error to its caller (see watched).
+}
+
 /** Checks that `tx` looks like a pg client in a transaction. */
 function asClient(tx: unknown): PgQueryable {
   if (typeof tx !== 'object' || tx === null || typeof (tx as PgQueryable).query !== 'function')
@@ -155,7 +214,7 @@ class PgRecordStore implements PostgresStore {
   private pooled: Promise<PgPool> | undefined;
   private migrated: Promise<void> | undefined;
   private closed = false;
-  private readonly inserts: Batcher<StoredRecord, InsertResult> | undefined;
+  private readonly inserts: Batcher<Insert, InsertResult> | undefined;
   private readonly updates: Batcher<UpdateItem, boolean> | undefined;
   private readonly gets: Batcher<RecordId, StoredRecord | null> | undefined;
 
@@ -169,7 +228,7 @@ class PgRecordStore implements PostgresStore {
     this.names = sql.names(schema, table);
     if (!batch) return;
     const options = { maxBatch: MAX_BATCH, isolate: isItemError };
-    this.inserts = new Batcher((records) => this.insertBatch(records), options);
+    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), options);
     // Two writes to one id in one statement would see the same old row; the second waits its turn.
     this.updates = new Batcher(async (items) => updateAll(await this.ready(), this.names, items), {
       ...options,
@@ -189,22 +248,34 @@ class PgRecordStore implements PostgresStore {
     return this.migrated;
   }
 
-  async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
+  async insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
+    const insert: Insert = { record, relative: options?.relative === true };
     if (tx != null) {
-      const client = asClient(tx);
+      const client = watched(asClient(tx));
       await this.ready();
-      return (await insertAll(client, this.names, [record])).get(idKey(record)) as InsertResult;
+      return (await insertAll(client, this.names, [insert])).get(idKey(record)) as InsertResult;
     }
-    if (this.inserts) return this.inserts.push(record);
-    return (await this.insertBatch([record]))[0] as InsertResult;
+    if (this.inserts) return this.inserts.push(insert);
+    return (await this.insertBatch([insert]))[0] as InsertResult;
   }
 
-  async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
+  async update(
+    id: RecordId,
+    expect: Expectation,
+    patch: RecordPatch,
+    tx?: unknown,
+    options?: WriteOptions,
+  ): Promise<boolean> {
     // Checked here, so a bad patch fails its caller alone and never a whole batch.
     sql.patchMask(patch);
-    const item = { id: { tenant: id.tenant, action: id.action, key: id.key }, expect, patch };
+    const item = {
+      id: { tenant: id.tenant, action: id.action, key: id.key },
+      expect,
+      patch,
+      relative: options?.relative === true,
+    };
     if (tx != null) {
-      const client = asClient(tx);
+      const client = watched(asClient(tx));
       await this.ready();
       return (await updateAll(client, this.names, [item]))[0] as boolean;
     }
@@ -214,9 +285,9 @@ class PgRecordStore implements PostgresStore {
 
   async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
     if (tx != null) {
-      const client = asClient(tx);
+      const client = watched(asClient(tx));
       await this.ready();
-      return (await selectAll(client, this.names, [id])).get(idKey(id)) ?? null;
+      return (await selectAll(client, this.names, [id])).get(idKey(id))?.record ?? null;
     }
     if (this.gets) return this.gets.push(id);
     return (await this.getBatch([id]))[0] ?? null;
@@ -251,23 +322,25 @@ class PgRecordStore implements PostgresStore {
     return pool;
   }
 
-  private async insertBatch(records: StoredRecord[]): Promise<InsertResult[]> {
+  private async insertBatch(inserts: Insert[]): Promise<InsertResult[]> {
     const pool = await this.ready();
-    const unique = new Map<string, StoredRecord>();
-    for (const record of records) if (!unique.has(idKey(record))) unique.set(idKey(record), record);
+    const unique = new Map<string, Insert>();
+    for (const insert of inserts) if (!unique.has(idKey(insert.record))) unique.set(idKey(insert.record), insert);
     const answers = await insertAll(pool, this.names, [...unique.values()]);
     // Duplicates within the batch share the first one's answer; only the first can have inserted it.
-    return records.map((record) => {
-      const answer = answers.get(idKey(record)) as InsertResult;
-      return unique.get(idKey(record)) === record ? answer : { inserted: false, record: { ...answer.record } };
+    return inserts.map((insert) => {
+      const answer = answers.get(idKey(insert.record)) as InsertResult;
+      return unique.get(idKey(insert.record)) === insert
+        ? answer
+        : { inserted: false, record: { ...answer.record }, now: answer.now };
     });
   }
 
   private async getBatch(ids: RecordId[]): Promise<(StoredRecord | null)[]> {
     const found = await selectAll(await this.ready(), this.names, ids);
     return ids.map((id) => {
-      const record = found.get(idKey(id));
-      return record ? { ...record } : null;
+      const row = found.get(idKey(id));
+      return row ? { ...row.record } : null;
     });
   }
 }

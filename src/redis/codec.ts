@@ -14,6 +14,11 @@ export function recordKey(prefix: string, id: RecordId): string {
   return `${prefix}r:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
 }
 
+/** The key of a record's fence counter (see FENCE_KEEP_MS): the record key's layout under `f:`. */
+export function fenceKey(prefix: string, id: RecordId): string {
+  return `${prefix}f:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
+}
+
 /** In a patch: keep the stored field. No number, state or JSON text is ever '~'. */
 const KEEP = '~';
 
@@ -49,15 +54,15 @@ export function encodePatch(p: RecordPatch): string {
   return `${TAG}${patched(p.state)}|${patched(p.fence)}|${patched(p.leaseUntil)}|${patched(p.expiresAt)}|${patched(p.attempts)}|${patched(p.createdAt)}|${patched(p.updatedAt)}|${patched(p.completedAt)}|${fingerprint}|${traceId}|${patched(p.result)}`;
 }
 
-/** An expectation as the UPDATE script reads it: `fence|check|lease||state|state|`. */
-export function encodeExpect(expect: Expectation): string {
+/** An expectation as the UPDATE script reads it: `fence|check|lease|relative||state|state|`. */
+export function encodeExpect(expect: Expectation, relative: boolean): string {
   let check = '0';
   let lease = '';
   if ('leaseUntil' in expect) {
     check = expect.leaseUntil === null || expect.leaseUntil === undefined ? '1' : '2';
     lease = opt(expect.leaseUntil);
   }
-  return `${Number(expect.fence)}|${check}|${lease}||${expect.states.join('|')}|`;
+  return `${Number(expect.fence)}|${check}|${lease}|${relative ? '1' : '0'}||${expect.states.join('|')}|`;
 }
 
 const num = (s: string): number | null => (s === '' ? null : Number(s));
@@ -94,19 +99,21 @@ export function decodeRecord(value: unknown, id: RecordId): StoredRecord {
   };
 }
 
-/** The per-record answers of a batch script, checked to be one per record. */
-export function answers(reply: unknown, count: number): unknown[] {
-  if (!Array.isArray(reply) || reply.length !== count)
+/** The per-record answers of a batch script, checked to be one per record (and `extra` more). */
+export function answers(reply: unknown, count: number, extra = 0): unknown[] {
+  if (!Array.isArray(reply) || reply.length !== count + extra)
     throw new Error(`redis script answered ${Array.isArray(reply) ? reply.length : typeof reply} for ${count} keys`);
   return reply;
 }
 
-/** One record's answer to INSERT: an error of that record, the existing record, or its own. */
-export function insertAnswer(answer: unknown, record: StoredRecord): InsertResult | Error {
+/**
+ * One record's answer to INSERT: an error of that record, the existing record, or its own as
+ * stored (in a one-element array: its fence and times are Redis's). `now` is Redis's clock.
+ */
+export function insertAnswer(answer: unknown, record: StoredRecord, now: number): InsertResult | Error {
   if (answer instanceof Error) return answer;
-  // The record as given, as the other stores answer an insert: what Redis keeps is its string.
-  if (answer === 1) return { inserted: true, record };
-  return { inserted: false, record: decodeRecord(answer, record) };
+  if (Array.isArray(answer)) return { inserted: true, record: decodeRecord(answer[0], record), now };
+  return { inserted: false, record: decodeRecord(answer, record), now };
 }
 
 /** One record's answer to UPDATE: whether it applied, or an error of that record. */

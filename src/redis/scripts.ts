@@ -40,24 +40,59 @@ export const TAG = 'o1|';
 // concatenation joins them again (about 1 µs less per write).
 const PATCHED = FIELDS.map((name) => `p_${name}`);
 
+// The time fields; a relative write gives each as ms from Redis's now.
+const TIMES = ['leaseUntil', 'expiresAt', 'createdAt', 'updatedAt', 'completedAt'] as const;
+
 // One capture per field; '' is a null.
 const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' : '([^|]*)|')).join('')}$'`;
 
-// Shared by every script: the expiry rule, so Redis drops a record exactly when the engine would
-// stop answering with it. An unknown record waits for a person and an empty expiresAt means
-// permanent: neither may vanish (a SET without PXAT keeps no expiry). An in_progress record must
-// outlive its lease even when the TTL is shorter, or a live claim would disappear and a duplicate
-// would run. Times are the caller's epoch ms, passed to PXAT as the original strings (no Lua
-// number formatting); a time already past makes Redis drop the key at once, which is what an
-// expired record means. A value that is not an oncely record is left alone and reported.
-const PRELUDE = `
-local function expiry(state, lease, expires)
-  if state == 'unknown' or expires == '' then return nil end
-  if state == 'in_progress' and lease ~= '' and tonumber(lease) > tonumber(expires) then return lease end
-  return expires
-end
+/**
+ * How long an in_progress record outlives its lease, whatever its TTL: a claim whose holder
+ * vanished stays visible this long after the lease, so the next caller takes it over (same trace,
+ * attempt + 1, fence + 1) rather than finding the key gone.
+ */
+export const LEASE_MARGIN_MS = 60_000;
+
+/**
+ * How long a key's fence counter outlives its record. The counter holds the highest fence ever
+ * issued for the key, so a record that expired and is claimed again starts above every fence a
+ * stale holder may still carry: fences never go back while the counter lives.
+ */
+export const FENCE_KEEP_MS = 3_600_000;
+
+// Shared by every script. `now` is Redis's own clock (TIME), so leases and expiries of every
+// process are measured by one clock, however far theirs are off; scripts calling TIME are fine
+// since Redis 5 replicates their effects, not the script. Times are written back with %.0f: Lua
+// numbers are doubles, exact for epoch ms, and tostring() could print an exponent.
+//
+// The expiry rule, so Redis drops a record exactly when the engine would stop answering with it.
+// An unknown record waits for a person and an empty expiresAt means permanent: neither may vanish
+// (a SET without PXAT keeps no expiry). An in_progress record outlives its lease by
+// LEASE_MARGIN_MS even when the TTL is shorter, or a live claim would disappear and a duplicate
+// would run. A time already past makes Redis drop the key at once, which is what an expired
+// record means. A value that is not an oncely record is left alone and reported.
+const FOREIGN = `
 local function foreign(key)
   return { err = 'the value at ' .. key .. ' is not an oncely record' }
+end
+`;
+
+const PRELUDE = `${FOREIGN}
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local function ms(x) return string.format('%.0f', x) end
+local function from_now(v) if v == '' or v == '~' then return v end return ms(now + tonumber(v)) end
+local function expiry(state, lease, expires)
+  if state == 'unknown' or expires == '' then return nil end
+  if state == 'in_progress' and lease ~= '' then
+    local keep = tonumber(lease) + ${LEASE_MARGIN_MS}
+    if keep > tonumber(expires) then return ms(keep) end
+  end
+  return expires
+end
+local function keep_fence(fkey, fence, at)
+  if at then redis.call('SET', fkey, fence, 'PXAT', ms(tonumber(at) + ${FENCE_KEEP_MS}))
+  else redis.call('SET', fkey, fence) end
 end
 `;
 
@@ -66,63 +101,84 @@ end
 // that key) is caught with redis.pcall and returned as that key's element, a nested error reply:
 // an uncaught error would abort the script after the earlier keys were already written (Lua
 // scripts are atomic but not rolled back), and retrying those keys would misreport them.
+// Writing scripts take KEYS as n record keys, then the n fence counters of the same records.
 
 /**
- * Insert if absent, for many records. KEYS the record keys; ARGV one encoded record per key.
- * Answers per key: 1 when inserted, else the existing record's string, or an error. A key given
- * twice is inserted by the first and returned to the second, as two calls in that order would.
+ * Insert if absent, for many records. KEYS the record keys, then their fence counters; per key,
+ * two ARGV: the encoded record, and '1' when its times are ms from Redis's now ('0' absolute).
+ * Answers per key: a one-element array holding the stored record's string when inserted (its
+ * fence raised above the counter, its times made absolute), else the existing record's string,
+ * or an error; then one last element, Redis's now. A key given twice is inserted by the first and
+ * returned to the second, as two calls in that order would.
  */
 export const INSERT = script(`${PRELUDE}
+local n = #KEYS / 2
 local out = {}
-for i = 1, #KEYS do
-  local value = ARGV[i]
-  local state, lease, expires = string.match(value, '^o1|([^|]*)|[^|]*|([^|]*)|([^|]*)|')
-  local at = expiry(state, lease, expires)
-  local old
-  if at then
-    old = redis.pcall('SET', KEYS[i], value, 'NX', 'PXAT', at, 'GET')
+for i = 1, n do
+  local old = redis.pcall('GET', KEYS[i])
+  if type(old) == 'table' then out[i] = old
+  elseif old then
+    if string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i]) else out[i] = old end
   else
-    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
+    local ${FIELDS.join(', ')} = string.match(ARGV[2 * i - 1], ${PATTERN})
+    if ARGV[2 * i] == '1' then
+${TIMES.map((name) => `      ${name} = from_now(${name})`).join('\n')}
+    end
+    local last = tonumber(redis.call('GET', KEYS[n + i]) or '0') or 0
+    if last >= tonumber(fence) then fence = ms(last + 1) end
+    local value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
+    local at = expiry(state, leaseUntil, expiresAt)
+    if at then redis.call('SET', KEYS[i], value, 'PXAT', at) else redis.call('SET', KEYS[i], value) end
+    keep_fence(KEYS[n + i], fence, at)
+    out[i] = { value }
   end
-  if not old then out[i] = 1
-  elseif type(old) == 'string' and string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i])
-  else out[i] = old end
 end
+out[n + 1] = now
 return out
 `);
 
 /**
- * Conditional writes, for many records. KEYS the record keys; per key, two ARGV:
+ * Conditional writes, for many records. KEYS the record keys, then their fence counters; per
+ * key, two ARGV:
  *   1. the expectation: fence, lease check ('0' none, '1' lease must be null, '2' lease must
- *      equal the expected lease), expected lease, then '|' and the allowed states each followed
- *      by '|', all joined by '|' (`3|0||in_progress|unknown|`);
+ *      equal the expected lease), expected lease, '1' when the patch's times are ms from Redis's
+ *      now ('0' absolute), then '|' and the allowed states each followed by '|', all joined by '|'
+ *      (`3|0||1||in_progress|unknown|`);
  *   2. the patch: a record in the stored layout where '~' keeps a field as it is.
  * Answers per key: 1 when the write applied, 0 when the record is missing or did not match, or an
  * error. Writes to one key are applied in order, each checked against the record the previous
- * one left: the same as separate calls in that order, so one batch may carry several per key.
+ * one left: the same as separate calls in that order, so one batch may carry several per key. A
+ * write that changes the fence or the state also refreshes the fence counter, so it outlives the
+ * record (lease renewals, the most frequent writes, change neither).
  */
 export const UPDATE = script(`${PRELUDE}
-local function update(key, expect, patch)
+local n = #KEYS / 2
+local function update(key, fkey, expect, patch)
   local value = redis.pcall('GET', key)
   if not value then return 0 end
   if type(value) == 'table' then return value end
   local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
   if not state then return foreign(key) end
-  local e_fence, e_check, e_lease, e_states = string.match(expect, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local e_fence, e_check, e_lease, e_relative, e_states = string.match(expect, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
   if tonumber(fence) ~= tonumber(e_fence) then return 0 end
   if not string.find(e_states, '|' .. state .. '|', 1, true) then return 0 end
   if e_check == '1' and leaseUntil ~= '' then return 0 end
   if e_check == '2' and (leaseUntil == '' or tonumber(leaseUntil) ~= tonumber(e_lease)) then return 0 end
   local ${PATCHED.join(', ')} = string.match(patch, ${PATTERN})
+  if e_relative == '1' then
+${TIMES.map((name) => `    p_${name} = from_now(p_${name})`).join('\n')}
+  end
+  local was = state .. '|' .. fence
 ${FIELDS.map((name, i) => `  if ${PATCHED[i]} ~= '~' then ${name} = ${PATCHED[i]} end`).join('\n')}
   local at = expiry(state, leaseUntil, expiresAt)
   value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
   if at then redis.call('SET', key, value, 'PXAT', at) else redis.call('SET', key, value) end
+  if state .. '|' .. fence ~= was then keep_fence(fkey, fence, at) end
   return 1
 end
 local out = {}
-for i = 1, #KEYS do
-  out[i] = update(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
+for i = 1, n do
+  out[i] = update(KEYS[i], KEYS[n + i], ARGV[2 * i - 1], ARGV[2 * i])
 end
 return out
 `);
@@ -132,7 +188,7 @@ return out
  * string, or an error. A script rather than MGET because MGET reads a key of another type as
  * absent, and a foreign value must be reported, not overwritten by a later insert.
  */
-export const GET = script(`${PRELUDE}
+export const GET = script(`${FOREIGN}
 local out = {}
 for i = 1, #KEYS do
   local value = redis.pcall('GET', KEYS[i])

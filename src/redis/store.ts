@@ -1,12 +1,13 @@
 import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
-import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
+import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import {
   answers,
   encodeExpect,
   encodePatch,
   encodeRecord,
+  fenceKey,
   getAnswer,
   insertAnswer,
   recordKey,
@@ -65,10 +66,11 @@ export const MAX_BATCH = 8;
 /** Script runs of one kind in flight at once; callers arriving meanwhile wait for the next run. */
 const MAX_IN_FLIGHT = 8;
 
-/** An insert waiting for its batch: the record, and its stored string. */
+/** An insert waiting for its batch: the record, its stored string, and '1' when its times are relative. */
 interface Insert {
   record: StoredRecord;
   value: string;
+  relative: string;
 }
 
 /** A conditional write waiting for its batch, encoded as the UPDATE script reads it. */
@@ -185,18 +187,22 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // Records and patches are encoded by each caller before they join a batch, so a value the
   // codec refuses fails its own call and never the batch it would have joined.
   async function insertMany(items: Insert[]): Promise<(InsertResult | Error)[]> {
-    const args = command(INSERT, items.length);
+    const args = command(INSERT, 2 * items.length);
     for (const item of items) args.push(recordKey(prefix, item.record));
-    for (const item of items) args.push(item.value);
-    const reply = answers(await send(INSERT, args), items.length);
+    for (const item of items) args.push(fenceKey(prefix, item.record));
+    for (const item of items) args.push(item.value, item.relative);
+    // One answer per record, then Redis's clock.
+    const reply = answers(await send(INSERT, args), items.length, 1);
+    const now = Number(reply[items.length]);
     const out: (InsertResult | Error)[] = [];
-    for (let i = 0; i < reply.length; i++) out.push(insertAnswer(reply[i], (items[i] as Insert).record));
+    for (let i = 0; i < items.length; i++) out.push(insertAnswer(reply[i], (items[i] as Insert).record, now));
     return out;
   }
 
   async function updateMany(items: Update[]): Promise<(boolean | Error)[]> {
-    const args = command(UPDATE, items.length);
+    const args = command(UPDATE, 2 * items.length);
     for (const item of items) args.push(recordKey(prefix, item.id));
+    for (const item of items) args.push(fenceKey(prefix, item.id));
     for (const item of items) args.push(item.expect, item.patch);
     return answers(await send(UPDATE, args), items.length).map(updateAnswer);
   }
@@ -226,17 +232,27 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
 
     // Each hands back its batch's own promise (an Error answer rejects just its caller, see
     // Batcher); a refused argument rejects too, as it would from an async method.
-    insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
+    insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
       return rejecting(() => {
         refuseTransaction(tx);
-        return inserts.push({ record, value: encodeRecord(record) });
+        return inserts.push({ record, value: encodeRecord(record), relative: options?.relative ? '1' : '0' });
       });
     },
 
-    update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
+    update(
+      id: RecordId,
+      expect: Expectation,
+      patch: RecordPatch,
+      tx?: unknown,
+      options?: WriteOptions,
+    ): Promise<boolean> {
       return rejecting(() => {
         refuseTransaction(tx);
-        return updates.push({ id, expect: encodeExpect(expect), patch: encodePatch(patch) });
+        return updates.push({
+          id,
+          expect: encodeExpect(expect, options?.relative === true),
+          patch: encodePatch(patch),
+        });
       });
     },
 

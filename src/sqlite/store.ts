@@ -2,8 +2,8 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { InvalidArgumentError } from '../core/errors.js';
-import type { RecordId, StoredRecord } from '../core/record.js';
-import type { Expectation, InsertResult, RecordPatch, RecordStore } from '../store.js';
+import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import { conditionalUpdate, INSERT, MIGRATIONS, PURGE, SELECT, updateShape } from './sql.js';
 
 /** The few better-sqlite3 members oncely uses, so a caller's Database can be passed as `tx`. */
@@ -47,6 +47,10 @@ interface Pending {
 
 const prepared = new WeakMap<SqliteDatabase, Statements>();
 
+// The time fields of a patch; in a relative write each is milliseconds from the store's now. One
+// host shares one SQLite file, so its clock (Date.now()) is the store's clock.
+const TIMES = ['leaseUntil', 'createdAt', 'updatedAt', 'completedAt', 'expiresAt'] as const;
+
 /**
  * Records in an embedded SQLite file, shared safely by the processes of one host (WAL, busy
  * timeout, write lock per commit). Concurrent writes from one process are committed together
@@ -77,22 +81,31 @@ export class SqliteStore implements RecordStore {
     this.statements(this.db);
   }
 
-  async insertOrGet(record: StoredRecord, tx?: unknown): Promise<InsertResult> {
+  async insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
     const db = this.target(tx);
     const s = this.statements(db);
     // Reading first keeps replays off the write lock; the insert below still decides who claims.
     const existing = s.select.get(pick(record)) as StoredRecord | undefined;
-    if (existing) return { inserted: false, record: existing };
+    if (existing) return { inserted: false, record: existing, now: Date.now() };
     const attempt = (): InsertResult => {
-      if (s.insert.run(record).changes === 1) return { inserted: true, record };
+      // The times are taken when the write applies (in the group commit), not when it was queued.
+      const now = Date.now();
+      const stored = options?.relative ? absoluteRecord(record, now) : record;
+      if (s.insert.run(stored).changes === 1) return { inserted: true, record: stored, now };
       const winner = s.select.get(pick(record)) as StoredRecord | undefined;
       if (!winner) throw new Error('record vanished between insert and read');
-      return { inserted: false, record: winner };
+      return { inserted: false, record: winner, now };
     };
     return tx === undefined ? this.enqueue(attempt) : attempt();
   }
 
-  async update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown): Promise<boolean> {
+  async update(
+    id: RecordId,
+    expect: Expectation,
+    patch: RecordPatch,
+    tx?: unknown,
+    options?: WriteOptions,
+  ): Promise<boolean> {
     const db = this.target(tx);
     const statement = this.updateStatement(db, patch, expect);
     // Assigned rather than spread: on Node 20 a spread followed by literal members is ~100x slower.
@@ -104,7 +117,17 @@ export class SqliteStore implements RecordStore {
       params[`e_state${i}`] = state;
     });
     if ('leaseUntil' in expect) params.e_lease = expect.leaseUntil ?? null;
-    const attempt = () => statement.run(params).changes === 1;
+    const relative = options?.relative === true;
+    const attempt = () => {
+      if (relative) {
+        const now = Date.now();
+        for (const field of TIMES) {
+          const ms = params[field];
+          if (typeof ms === 'number') params[field] = now + ms;
+        }
+      }
+      return statement.run(params).changes === 1;
+    };
     return tx === undefined ? this.enqueue(attempt) : attempt();
   }
 
