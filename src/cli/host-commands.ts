@@ -59,6 +59,17 @@ export function addHostCommands(program: Command): void {
       };
       process.once('SIGTERM', stop);
       process.once('SIGINT', stop);
+      // npx passes SIGTERM to the `sh -c` it starts, and sh dies without passing it on: under npx,
+      // the shell going away (this process handed to a new parent) is the SIGTERM.
+      if (process.env.npm_command === 'exec') {
+        const parent = process.ppid;
+        const watch = setInterval(() => {
+          if (process.ppid === parent) return;
+          clearInterval(watch);
+          stop();
+        }, 250);
+        watch.unref();
+      }
     });
 
   withDir(program.command('sign').description('print a signed curl line that delivers one webhook to a source'))

@@ -37,6 +37,9 @@ addFlowCommands(program);
 program.parseAsync().catch((error: unknown) => {
   // One line a user can act on; the stack is for `ONCELY_DEBUG=1`.
   if (process.env.ONCELY_DEBUG === '1') console.error(error);
-  else console.error(`oncely: ${error instanceof Error ? error.message : String(error)}`);
+  else
+    console.error(
+      `oncely: ${(error instanceof Error ? error.message : String(error)).trim().replace(/\s*\n\s*/g, ' ')}`,
+    );
   process.exitCode = 1;
 });

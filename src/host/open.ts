@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { OncelyError } from '../core/errors.js';
 import { openDb } from '../db/index.js';
 import { recordStoreFor } from '../engine/on-db.js';
 import { loadApp } from './app.js';
@@ -6,13 +7,37 @@ import { createHost, type Host } from './host.js';
 
 /**
  * Loads the app in `dir` and builds its host on `db` (a SQLite path or a postgres:// URL; default:
- * the app's config, else `<dir>/.oncely/app.db`). Migrates before returning.
+ * the app's config, else `<dir>/.oncely/app.db`). Migrates before returning. A failure says which
+ * part of the app to change, and leaves no connection open.
  * @example const host = await openHost('examples/shop'); await host.start(3000);
  */
 export async function openHost(dir: string, db?: string): Promise<Host> {
-  const app = await loadApp(dir);
+  const app = await loadApp(dir).catch((error: unknown) => {
+    throw new OncelyError('CONFIG_INVALID', `cannot load the app in ${dir}: ${oneLine(error)}`, { cause: error });
+  });
   const database = await openDb(db ?? app.config.db ?? join(app.dir, '.oncely', 'app.db'));
-  const host = await createHost(app, database, recordStoreFor(database));
-  await host.migrate();
+  let host: Host;
+  try {
+    host = await createHost(app, database, recordStoreFor(database));
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+  try {
+    await host.migrate();
+  } catch (error) {
+    await host.stop().catch(() => undefined);
+    if (error instanceof OncelyError) throw error;
+    throw new OncelyError(
+      'SCHEMA_INVALID',
+      `migrating ${dir} failed: ${oneLine(error)} (fix ${join(dir, 'schema.sql')}; a failed schema applies nothing)`,
+      { cause: error },
+    );
+  }
   return host;
+}
+
+/** The message on one line: a compiler's "failed with 1 error:" says what only with the line after it. */
+function oneLine(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).trim().replace(/\s*\n\s*/g, ' ');
 }

@@ -1,0 +1,193 @@
+/**
+ * oncely as a registry user gets it: `npm pack`, installed into an empty folder, then the README's
+ * first commands, a scaffolded app served and replayed, every entry point imported with its peer,
+ * and a user file type-checked under both module resolutions. Catches the next dependency that
+ * only a devDependency happened to provide.
+ */
+import { renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PKG, packedWorkspace, type Workspace } from './packed.js';
+
+/** Entry points and the peer each needs to import; `null`: oncely's own dependencies suffice. */
+const ENTRIES: Record<string, string | null> = {
+  oncely: null,
+  'oncely/sqlite': null,
+  'oncely/postgres': null, // pg is imported when a store connects
+  'oncely/redis': null, // ioredis likewise
+  'oncely/express': null, // types only; the app brings express
+  'oncely/fastify': null,
+  'oncely/hono': null,
+  'oncely/host': null,
+  'oncely/flows': null,
+  'oncely/db': null,
+  'oncely/agent': null,
+  'oncely/agent/mcp': 'zod',
+  'oncely/agent/ai-sdk': 'ai',
+};
+/** What a user installs beside oncely to use every entry point (and to type-check with tsc). */
+const PEERS = ['pg', 'ioredis', 'express', 'fastify', 'zod', 'ai', '@modelcontextprotocol/sdk'];
+// ai's own declarations import json-schema's types, which it leaves to the app.
+const TYPES = ['typescript', '@types/node', '@types/express', '@types/pg', '@types/json-schema'];
+
+const timings: string[] = [];
+let ws: Workspace;
+beforeAll(async () => {
+  const started = Date.now();
+  ws = await packedWorkspace();
+  timings.push(`pack + install ${Date.now() - started} ms`);
+}, 300_000);
+afterAll(() => console.log(`packed install: ${timings.join(', ')}`));
+
+const timed = async <T>(label: string, fn: () => Promise<T>): Promise<T> => {
+  const started = Date.now();
+  try {
+    return await fn();
+  } finally {
+    timings.push(`${label} ${Date.now() - started} ms`);
+  }
+};
+
+describe('oncely installed from its tarball', () => {
+  it('answers --help, --version and demo with the host modules absent (commands load lazily)', async () => {
+    // Hide what only `serve` needs: the demo and --help must not load it.
+    const hidden = ['hono', '@hono/node-server', 'tsx'].map((p) => join(ws.dir, 'node_modules', p));
+    for (const p of hidden) renameSync(p, `${p}.hidden`);
+    try {
+      const help = await ws.run('npx', ['oncely', '--help']);
+      for (const command of ['demo', 'init', 'serve', 'migrate', 'sign', 'events', 'flows'])
+        expect(help.stdout).toMatch(new RegExp(`^  ${command} .*\\S`, 'm'));
+      expect((await ws.run('npx', ['oncely', '--version'])).stdout.trim()).toBe(PKG.version);
+      const demo = await timed('demo', () => ws.run('npx', ['oncely', 'demo']));
+      expect(demo.stdout).toContain('SMS sent: 1. Ledger lines: 1. Executed once, replayed 2 times.');
+    } finally {
+      for (const p of hidden) renameSync(`${p}.hidden`, p);
+    }
+  });
+
+  it('imports every entry point that needs no peer with nothing else installed', async () => {
+    const bare = Object.keys(ENTRIES).filter((e) => ENTRIES[e] === null);
+    const script = bare.map((e) => `await import(${JSON.stringify(e)});`).join('\n');
+    await ws.run('node', ['--input-type=module', '-e', script]);
+  });
+
+  it('scaffolds an app with init, serves it, answers one request and replays it; SIGTERM through npx stops it', async () => {
+    const init = await ws.run('npx', ['oncely', 'init', 'my-app']);
+    expect(init.stdout).toContain('created my-app/oncely.config.ts');
+    await expect(ws.run('npx', ['oncely', 'init', 'my-app'])).rejects.toThrow(/already exist.*overwrites nothing/);
+
+    const server = ws.start('npx', ['oncely', 'serve', 'my-app', '--port', '0']);
+    const banner = await timed('serve start', () => server.line(/^oncely serving my-app on /));
+    const base = banner.match(/http:\/\/localhost:\d+/)?.[0];
+    expect(base).toBeDefined();
+    const curl = await server.line(/curl .*\/v1\/invoke\/orders\.create/);
+    expect(curl).toMatch(/-H 'Idempotency-Key: [^']+'/);
+    await server.line(/^stop with Ctrl-C or SIGTERM/);
+
+    // The printed curl line, run twice: answered once, then replayed.
+    const first = await ws.run('sh', ['-c', `${curl.trim()} -i`]);
+    const second = await ws.run('sh', ['-c', `${curl.trim()} -i`]);
+    expect(first.stdout).toMatch(/^HTTP\/1\.1 200/);
+    expect(first.stdout).not.toMatch(/idempotent-replayed/i);
+    expect(second.stdout).toMatch(/idempotent-replayed: true/i);
+    const body = (out: string) => out.slice(out.indexOf('\r\n\r\n') + 4);
+    expect(body(second.stdout)).toBe(body(first.stdout));
+    expect(JSON.parse(body(first.stdout))).toEqual({ code: 0, data: { orderId: 'ORD-1', status: 'created' } });
+
+    // A signed webhook from `oncely sign`, delivered twice: accepted, then a duplicate.
+    const event = '{"type":"payment.succeeded","data":{"orderId":"ORD-1","amountCents":4200}}';
+    const signed = await ws.run('npx', [
+      'oncely',
+      'sign',
+      'payments',
+      event,
+      '--id',
+      'evt_1',
+      '--dir',
+      'my-app',
+      '--url',
+      base ?? '',
+    ]);
+    expect(JSON.parse((await ws.run('sh', ['-c', signed.stdout.trim()])).stdout).data.outcome).toBe('accepted');
+    expect(JSON.parse((await ws.run('sh', ['-c', signed.stdout.trim()])).stdout).data.duplicate).toBe(true);
+    const index = (await (await fetch(`${base}/`)).json()) as { data: { handlers: { id: string }[] } };
+    expect(index.data.handlers.map((h) => h.id)).toEqual(['orders.create']);
+
+    // As a container runtime stops `npx oncely serve`: SIGTERM to npx, which passes it to its shell.
+    server.child.kill('SIGTERM');
+    for (
+      let i = 0;
+      i < 40 &&
+      (await fetch(`${base}/v1/health`).then(
+        () => true,
+        () => false,
+      ));
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 250));
+    expect(server.output()).toContain('stopping: finishing in-flight work');
+    await expect(fetch(`${base}/v1/health`)).rejects.toThrow();
+  });
+
+  it('imports every entry point with its peer, and a user file type-checks under node16 and bundler resolution', async () => {
+    const wanted = [...PEERS, ...TYPES].map((p) => `${p}@${PKG.devDependencies[p] ?? 'latest'}`);
+    await timed('peer install', () =>
+      ws.run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', ...wanted]),
+    );
+    const script = Object.keys(ENTRIES)
+      .map((e) => `await import(${JSON.stringify(e)});`)
+      .join('\n');
+    await ws.run('node', ['--input-type=module', '-e', script]);
+
+    writeFileSync(join(ws.dir, 'user.ts'), USER_FILE);
+    for (const resolution of ['node16', 'bundler'] as const) {
+      const module = resolution === 'node16' ? 'node16' : 'esnext';
+      const tsconfig = `tsconfig.${resolution}.json`;
+      writeFileSync(
+        join(ws.dir, tsconfig),
+        JSON.stringify({
+          compilerOptions: {
+            module,
+            moduleResolution: resolution,
+            target: 'es2022',
+            strict: true,
+            noEmit: true,
+            types: ['node'],
+          },
+          files: ['user.ts'],
+        }),
+      );
+      await timed(`tsc ${resolution}`, () => ws.run('npx', ['tsc', '-p', tsconfig]));
+    }
+  }, 180_000);
+});
+
+/** A user's file touching every entry point's main export, compiled against the published types. */
+const USER_FILE = `import { createOncely, keyFrom, OncelyError, type RunResult } from 'oncely';
+import { createAgentRuntime, defineTool } from 'oncely/agent';
+import { toAiSdkTools } from 'oncely/agent/ai-sdk';
+import { registerTools } from 'oncely/agent/mcp';
+import { type Db, openDb } from 'oncely/db';
+import { idempotency as expressIdempotency } from 'oncely/express';
+import { idempotency as fastifyIdempotency } from 'oncely/fastify';
+import { createFlows, defineFlow } from 'oncely/flows';
+import { idempotency as honoIdempotency } from 'oncely/hono';
+import { defineConfig, env, type HostContext, type HostEvent, openHost } from 'oncely/host';
+import { postgresStore } from 'oncely/postgres';
+import { redisStore } from 'oncely/redis';
+import { sqliteStore } from 'oncely/sqlite';
+
+const once = await createOncely({ store: sqliteStore({ path: ':memory:' }), tenant: 'acme' });
+const r: RunResult<{ charged: number }> = await once.run(
+  { action: 'charge', key: keyFrom('ORD-1', 'charge'), input: { amount: 42 } },
+  async (ctx) => ({ charged: ctx.attempt }),
+);
+const replayed: boolean = r.replayed;
+const db: Db = await openDb(':memory:');
+export const config = defineConfig({ sources: { shop: { kind: 'standard-webhooks', secret: env('S', 'whsec_x') } } });
+export async function handle(event: HostEvent, ctx: HostContext): Promise<string> {
+  return \`\${event.id} \${ctx.idempotencyKey ?? ''}\`;
+}
+export const used = [replayed, db, OncelyError, createAgentRuntime, defineTool, toAiSdkTools, registerTools, expressIdempotency,
+  fastifyIdempotency, createFlows, defineFlow, honoIdempotency, openHost, postgresStore, redisStore];
+`;
