@@ -1,4 +1,4 @@
-import { describeProcesses } from './processes.js';
+import { describeClockSkew, describeProcesses } from './processes.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from './support/postgres.js';
 
 const schema = freshSchema();
@@ -6,4 +6,11 @@ describeProcesses(
   'postgres',
   () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
   () => dropSchema(schema),
+);
+
+const skewSchema = freshSchema();
+describeClockSkew(
+  'postgres',
+  () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema: skewSchema }),
+  () => dropSchema(skewSchema),
 );

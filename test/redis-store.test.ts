@@ -209,6 +209,50 @@ describe('redis store', () => {
     expect(await store.update(stale, { fence: 2, states: ['in_progress', 'unknown'] }, late)).toBe(false);
   });
 
+  it('defect 11.9: a store blip at completion does not re-run the effect: the completion is retried and lands', async () => {
+    const proxy = await redisProxy();
+    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeoutMs: 100 });
+    const once = await createOncely({ store, defaults: { lease: '5s' } });
+    let runs = 0;
+    const charge = () =>
+      once.run({ action: 'charge', key: `blip-${++n}` }, async () => {
+        runs++;
+        // Redis is unreachable for half a second right after the effect: connections cut, nothing forwarded.
+        proxy.pause(true);
+        proxy.drop();
+        setTimeout(() => proxy.pause(false), 500);
+        return { charged: runs };
+      });
+    const first = await charge();
+    expect(first).toMatchObject({ replayed: false, value: { charged: 1 } });
+    const again = await once.run({ action: 'charge', key: first.record.key }, async () => ++runs);
+    expect(again).toMatchObject({ replayed: true, value: { charged: 1 } });
+    expect(runs).toBe(1);
+    await once.close();
+    proxy.close();
+  });
+
+  it('defect 11.9: a longer outage at completion is OUTCOME_NOT_STORED carrying the value, never "nothing ran"', async () => {
+    const proxy = await redisProxy();
+    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeoutMs: 100 });
+    const once = await createOncely({ store, defaults: { lease: '5s', completionRetry: 300 } });
+    const key = `outage-${++n}`;
+    const error = await once
+      .run({ action: 'charge', key }, async () => {
+        proxy.pause(true);
+        proxy.drop();
+        return { charged: true };
+      })
+      .catch((e: unknown) => e);
+    proxy.pause(false);
+    expect(error).toMatchObject({ code: 'OUTCOME_NOT_STORED', value: { charged: true } });
+    await expect(once.run({ action: 'charge', key }, async () => 'again')).rejects.toMatchObject({
+      code: 'IN_PROGRESS',
+    });
+    await once.close();
+    proxy.close();
+  });
+
   it('lets Redis drop a record once its expiresAt has passed', async () => {
     const store = redisStore({ client: redis, prefix });
     const r = record({ state: 'succeeded', leaseUntil: null, expiresAt: Date.now() + 50 });

@@ -56,6 +56,46 @@ describe('sqlite specifics', () => {
     await once.close();
   });
 
+  it('defect 11.9: a store blip at completion does not re-run the effect: the completion is retried and lands', async () => {
+    const path = join(dir, 'blip.db');
+    const once = await createOncely({ store: sqliteStore({ path, busyTimeoutMs: 20 }), defaults: { lease: '5s' } });
+    const blocker = new Database(path);
+    let runs = 0;
+    const charge = () =>
+      once.run({ action: 'charge', key: 'O-1' }, async () => {
+        runs++;
+        // Another connection holds the write lock for half a second, right after the effect.
+        blocker.exec('BEGIN EXCLUSIVE');
+        setTimeout(() => blocker.exec('ROLLBACK'), 500);
+        return { charged: runs };
+      });
+    expect(await charge()).toMatchObject({ replayed: false, value: { charged: 1 } });
+    expect(await charge()).toMatchObject({ replayed: true, value: { charged: 1 } });
+    expect(runs).toBe(1);
+    blocker.close();
+    await once.close();
+  });
+
+  it('defect 11.9: a longer outage at completion is OUTCOME_NOT_STORED carrying the value, never "nothing ran"', async () => {
+    const path = join(dir, 'outage.db');
+    const once = await createOncely({
+      store: sqliteStore({ path, busyTimeoutMs: 20 }),
+      defaults: { lease: '5s', completionRetry: 200 },
+    });
+    const blocker = new Database(path);
+    const error = await once
+      .run({ action: 'charge', key: 'O-2' }, async () => {
+        blocker.exec('BEGIN EXCLUSIVE');
+        return { charged: true };
+      })
+      .catch((e: unknown) => e);
+    blocker.exec('ROLLBACK');
+    expect(error).toMatchObject({ code: 'OUTCOME_NOT_STORED', value: { charged: true } });
+    expect((await once.get('charge', 'O-2'))?.state).toBe('in_progress');
+    blocker.close();
+    await once.close();
+  });
+
   it('reports a store that cannot write as STORE_UNAVAILABLE and never runs the function', async () => {
     const path = join(dir, 'locked.db');
     const once = await createOncely({ store: sqliteStore({ path, busyTimeoutMs: 50 }) });

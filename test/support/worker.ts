@@ -7,6 +7,9 @@
  *   and waits to be killed with SIGKILL.
  * - stream: completes keys `<key>-0`, `<key>-1`, ... one after another, printing "done <i>" after
  *   each completion returned, until killed.
+ * - probe: prints "ready", waits for "go", then calls the key every 50 ms for `durationMs`,
+ *   counting executions, IN_PROGRESS answers and replays, and prints them as JSON.
+ * `skewMs` sets this process's clock (Date.now) that far off, as on a host whose clock is wrong.
  */
 import { createInterface } from 'node:readline';
 import Database from 'better-sqlite3';
@@ -15,7 +18,7 @@ import { openStore, type StoreSpec } from './stores.js';
 
 interface Job {
   store: StoreSpec;
-  mode: 'burst' | 'hang' | 'stream';
+  mode: 'burst' | 'hang' | 'stream' | 'probe';
   action: string;
   key: string;
   calls?: number;
@@ -25,9 +28,18 @@ interface Job {
   sink?: string;
   /** For hang: perform the effect before hanging. */
   effect?: boolean;
+  /** How far this process's clock is off, in ms (positive: ahead). */
+  skewMs?: number;
+  /** For probe: how long to keep calling. */
+  durationMs?: number;
 }
 
 const job = JSON.parse(process.argv[2] ?? '{}') as Job;
+if (job.skewMs) {
+  const realNow = Date.now;
+  const skew = job.skewMs;
+  Date.now = () => realNow() + skew;
+}
 const once = await createOncely({
   store: openStore(job.store),
   tenant: 'acme',
@@ -58,6 +70,29 @@ if (job.mode === 'stream') {
     }
     await new Promise(() => {});
   });
+} else if (job.mode === 'probe') {
+  const lines = createInterface({ input: process.stdin });
+  console.log('ready');
+  await new Promise<void>((resolve) => lines.once('line', () => resolve()));
+  lines.close();
+  const counts = { executed: 0, inProgress: 0, replayed: 0, other: [] as string[] };
+  // Timed by the monotonic clock: Date.now is the skewed one.
+  const end = performance.now() + (job.durationMs ?? 1_000);
+  while (performance.now() < end) {
+    try {
+      const r = await once.run({ action: job.action, key: job.key }, async () => {
+        counts.executed++;
+        return 'probe';
+      });
+      if (r.replayed) counts.replayed++;
+    } catch (error) {
+      if (error instanceof OncelyError && error.code === 'IN_PROGRESS') counts.inProgress++;
+      else counts.other.push(String(error));
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  console.log(JSON.stringify(counts));
+  await once.close();
 } else {
   const lines = createInterface({ input: process.stdin });
   console.log('ready');
