@@ -1,3 +1,4 @@
+import type { HostLog } from './context.js';
 import type { SourceConfig } from './webhooks.js';
 
 /** An app's `oncely.config.ts`: its webhook sources, how a request names its tenant, and its database. */
@@ -10,6 +11,8 @@ export interface HostConfig {
   db?: string;
   /** Event consumers: retries before a dead letter, backoff base, lease. */
   events?: { maxAttempts?: number; baseDelayMs?: number; leaseMs?: number };
+  /** A structured logger (pino, winston, console-like) for failed handlers and consumers: `error(message, fields)`. Default: one line on stderr each. */
+  logger?: HostLog;
 }
 
 /**

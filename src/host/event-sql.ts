@@ -124,8 +124,8 @@ export function claimEvents(dialect: Dialect): string {
 export const holdEvent = `UPDATE oncely_events SET updated_at = ?
   WHERE source = ? AND event_id = ? AND status = 'processing' AND attempts = ?`;
 
-/** Ends a claim. Params: status, now, source, event_id, attempts. */
-export const finishEvent = `UPDATE oncely_events SET status = ?, lease_until = NULL, updated_at = ?
+/** Ends a claim, clearing last_error: an applied event shows no failure of an earlier attempt. Params: status, now, source, event_id, attempts. */
+export const finishEvent = `UPDATE oncely_events SET status = ?, lease_until = NULL, last_error = NULL, updated_at = ?
   WHERE source = ? AND event_id = ? AND status = 'processing' AND attempts = ?`;
 
 /** Ends a failed claim. Params: status, next_attempt_at, last_error, now, source, event_id, attempts. */

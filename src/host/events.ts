@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
+import type { HostLog } from './context.js';
 import * as q from './event-sql.js';
+import { logFailure } from './failure-log.js';
 import type { EventOutcome, HostEvent } from './types.js';
 
 export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
@@ -35,6 +37,8 @@ export interface EventQueueOptions {
   onError?: (error: unknown) => void;
   /** One line per conflict (an event id arriving again with another body); default console.warn. */
   onConflict?: (message: string) => void;
+  /** Where a consumer's failures go (one entry each: source, type, event id, attempt, error); default one stderr line. */
+  logger?: HostLog;
 }
 
 const OUTCOMES: readonly EventOutcome[] = [
@@ -320,6 +324,22 @@ export class EventQueue {
     const dead = attempts >= this.maxAttempts;
     const now = Date.now();
     const next = dead ? now : now + backoffDelay(attempts, this.baseDelayMs, this.maxDelayMs);
+    const then = dead ? 'dead-lettered' : `retry in ${next - now} ms`;
+    logFailure(
+      this.options.logger,
+      'consumer failed',
+      `${row.source}/${row.type} event ${row.event_id}, attempt ${attempts} of ${this.maxAttempts}, ${then}`,
+      {
+        source: row.source,
+        type: row.type,
+        eventId: row.event_id,
+        attempt: attempts,
+        maxAttempts: this.maxAttempts,
+        deadLettered: dead,
+        retryInMs: dead ? null : next - now,
+      },
+      error,
+    );
     await this.db.transaction(async (tx) => {
       const changed = await tx.run(q.failEvent, [
         dead ? 'dead' : 'pending',

@@ -15,7 +15,7 @@ import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, invoke } from './invoke.js';
 import { OUTBOX_DDL, OutboxRelay } from './outbox.js';
 import { type RouteIndex, routeIndex } from './routes.js';
-import { type AppSchema, readSchema } from './schema.js';
+import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
 import { readWebhook, validateSources } from './webhooks.js';
 
 /** A running app: its HTTP routes, event consumers and outbox relay on one database. */
@@ -69,7 +69,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       },
     };
   };
-  const events = new EventQueue(db, { consumerFor, ...app.config.events });
+  const events = new EventQueue(db, { consumerFor, ...app.config.events, logger: app.config.logger });
   // The default delivery target: the app's own consumers, with the outbox id as the event id.
   const relay = new OutboxRelay(db, {
     leaseMs: app.config.events?.leaseMs,
@@ -146,6 +146,8 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
         else await tx.run(app.schemaSql);
         await tx.run('INSERT INTO oncely_app_schema (hash, applied_at) VALUES (?, ?)', [hash, Date.now()]);
       }
+      // Inside the transaction: a refused column rolls the new schema back, so fixing the file is enough.
+      checkStampColumns(await readSchema(tx, db.schema ? { schema: db.schema } : undefined));
     });
     await events.migrate();
     schema = await readSchema(db, db.schema ? { schema: db.schema } : undefined);

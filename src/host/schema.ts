@@ -1,3 +1,4 @@
+import { OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 
 /** How the store converts a column's values on the way in and out, derived from its declared type. */
@@ -235,4 +236,32 @@ async function readPostgres(sql: Sql, schema: string | undefined): Promise<AppSc
  */
 export function readSchema(sql: Sql, options: { schema?: string } = {}): Promise<AppSchema> {
   return sql.dialect === 'sqlite' ? readSqlite(sql) : readPostgres(sql, options.schema);
+}
+
+// PostgreSQL types that hold the host's epoch-millisecond stamps. INTEGER is 32-bit (epoch ms went
+// past 2^31 in January 1970) and REAL keeps 24 bits, so both fail or blur every stamp written today.
+const STAMP_TYPES = new Set([
+  'bigint',
+  'numeric',
+  'double precision',
+  'timestamp with time zone',
+  'timestamp without time zone',
+]);
+
+/**
+ * Refuses `created_at`/`updated_at` columns that cannot hold the epoch milliseconds the host writes
+ * into them, naming the column, so the first insert does not fail in production instead.
+ * @example checkStampColumns(await readSchema(tx)); // in the migration's transaction: a refusal rolls it back
+ */
+export function checkStampColumns(schema: AppSchema): void {
+  if (schema.dialect !== 'postgres') return; // SQLite integers are 64-bit and its types are affinities
+  for (const table of schema.tables.values())
+    for (const name of ['created_at', 'updated_at']) {
+      const column = table.columns.get(name);
+      if (!column || STAMP_TYPES.has(column.type.toLowerCase())) continue;
+      throw new OncelyError(
+        'SCHEMA_INVALID',
+        `${table.name}.${name} is ${column.type.toUpperCase()}, which cannot hold epoch milliseconds: declare it BIGINT or TIMESTAMPTZ in schema.sql (an existing table: ALTER TABLE ${table.name} ALTER COLUMN ${name} TYPE BIGINT)`,
+      );
+    }
 }

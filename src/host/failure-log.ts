@@ -1,0 +1,28 @@
+import type { HostLog } from './context.js';
+
+/**
+ * Reports one failed handler or consumer execution: to `logger.error(message, fields)` when the app
+ * configured a structured logger, else as one line on stderr. A failure is never silent: the
+ * client or sender sees only a status, the person running the host needs the why.
+ * @example logFailure(config.logger, 'consumer failed', 'consumer shop/order.paid, event evt_1, attempt 2 of 8', { source: 'shop' }, error)
+ */
+export function logFailure(
+  logger: HostLog | undefined,
+  message: string,
+  where: string,
+  fields: Record<string, unknown>,
+  error: unknown,
+): void {
+  const text = errorText(error);
+  if (logger) logger.error(message, { ...fields, error: text });
+  else process.stderr.write(`oncely: ${message}: ${where}: ${text}\n`);
+}
+
+/** `Name CODE: message` of an error, on one line. */
+export function errorText(error: unknown): string {
+  const text =
+    error instanceof Error
+      ? `${error.name}${'code' in error && error.code ? ` ${String(error.code)}` : ''}: ${error.message}`
+      : String(error);
+  return text.replace(/\s*\n\s*/g, ' ');
+}
