@@ -11,7 +11,7 @@ interface PgPoolClient extends PgClient {
   removeListener(event: 'error', listener: (error: Error) => void): unknown;
 }
 interface PgPool extends PgClient {
-  connect(): Promise<PgPoolClient>;
+  connect(callback: (error: Error | undefined, client: PgPoolClient | undefined) => void): void;
   on(event: 'error', listener: (error: Error) => void): unknown;
   end(): Promise<void>;
 }
@@ -119,16 +119,21 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
       });
     },
     async transaction(fn) {
-      const client = await pool.connect().catch((error: unknown) => {
-        throw unavailable(error);
-      });
       // A checked-out client has no listener of the pool's: without this one, a backend terminated
-      // mid-transaction emits an unhandled 'error' and takes the process down.
+      // mid-transaction emits an unhandled 'error' and takes the process down. It is attached in
+      // the checkout callback itself: the pool calls it synchronously, while a promise would leave
+      // a gap in which a FATAL message parsed from the same socket chunk finds no listener.
       let lost: Error | undefined;
       const onError = (error: Error) => {
         lost ??= error;
       };
-      client.on('error', onError);
+      const client = await new Promise<PgPoolClient>((resolve, reject) =>
+        pool.connect((error, checkedOut) => {
+          if (error || !checkedOut) return reject(unavailable(error));
+          checkedOut.on('error', onError);
+          resolve(checkedOut);
+        }),
+      );
       let broken: Error | undefined;
       try {
         await client.query('BEGIN');
