@@ -55,7 +55,7 @@ export async function runDemo(path: string, print: (line: string) => void): Prom
     deliveries.push({ label, replayed: r.replayed });
     const what = r.replayed ? 'replayed' : 'executed';
     print(
-      `  ${label.padEnd(40)} ${what.padEnd(9)} sms #${r.value.smsId}, ledger line #${r.value.ledgerLine} (attempt ${r.record.attempts})`,
+      `  ${label.padEnd(46)} ${what.padEnd(9)} sms #${r.value.smsId}, ledger line #${r.value.ledgerLine} (attempt ${r.record.attempts})`,
     );
   };
   const [first, second] = await Promise.all([onOrderPaid(event), onOrderPaid({ ...event })]);
