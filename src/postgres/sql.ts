@@ -140,6 +140,10 @@ export function patchMask(patch: RecordPatch): number {
   return mask;
 }
 
+// What an insert returns per inserted row: its id, and the clock's `now` at the write. A relative
+// record was created at exactly that now (created_at = now + 0); an absolute one reads the clock.
+const INSERTED = `tenant, action, key, CASE WHEN $${FIELDS.length + 1}::boolean THEN created_at ELSE ${CLOCK} END AS now`;
+
 /**
  * Inserts one record unless its id exists; a returned row (its id and the clock's `now`) means it
  * was inserted. `relative`: its times are ms from the clock's now (see WriteOptions).
@@ -148,26 +152,23 @@ export function insertOne(n: Names, record: StoredRecord, relative: boolean): Qu
   const shift = relative ? 'c.now' : '0';
   const params = FIELDS.map(([, column, type], i) => fromNow(`$${i + 1}::${type}`, column, shift)).join(', ');
   return {
-    text: `WITH c AS (SELECT ${CLOCK} AS now), ins AS (
-  INSERT INTO ${n.records} (${COLUMNS}) SELECT ${params} FROM c
-  ON CONFLICT (tenant, action, key) DO NOTHING RETURNING key
-) SELECT ins.key, c.now FROM ins, c`,
-    values: FIELDS.map(([field]) => record[field]),
+    text: `INSERT INTO ${n.records} (${COLUMNS}) SELECT ${params} FROM (SELECT ${CLOCK} AS now) c
+ON CONFLICT (tenant, action, key) DO NOTHING RETURNING ${INSERTED}`,
+    values: [...FIELDS.map(([field]) => record[field]), relative],
   };
 }
 
 /** Inserts many records (distinct ids) in array order; returns the ids that were inserted, and the clock's `now`. */
-export function insertMany(n: Names, records: readonly StoredRecord[], relative: readonly boolean[]): Query {
+export function insertMany(n: Names, records: readonly StoredRecord[], relative: boolean): Query {
   const arrays = FIELDS.map(([, , type], i) => `$${i + 1}::${type}[]`).join(', ');
-  const shift = 'CASE WHEN v.relative THEN c.now ELSE 0 END';
+  const shift = relative ? 'c.now' : '0';
   const selected = FIELDS.map(([, column]) => fromNow(`v.${column}`, column, shift)).join(', ');
   return {
     // Array order is kept so every process inserts overlapping ids in the same order (no deadlock).
-    text: `WITH c AS (SELECT ${CLOCK} AS now), ins AS (
-  INSERT INTO ${n.records} (${COLUMNS})
-  SELECT ${selected} FROM c, unnest(${arrays}, $${FIELDS.length + 1}::boolean[]) WITH ORDINALITY AS v(${COLUMNS}, relative, i) ORDER BY i
-  ON CONFLICT (tenant, action, key) DO NOTHING RETURNING tenant, action, key
-) SELECT ins.tenant, ins.action, ins.key, c.now FROM ins, c`,
+    // Relative and absolute records are batched apart (see the store), so `$n` says which these are.
+    text: `INSERT INTO ${n.records} (${COLUMNS})
+SELECT ${selected} FROM (SELECT ${CLOCK} AS now) c, unnest(${arrays}) WITH ORDINALITY AS v(${COLUMNS}, i) ORDER BY i
+ON CONFLICT (tenant, action, key) DO NOTHING RETURNING ${INSERTED}`,
     values: [...FIELDS.map(([field]) => records.map((record) => record[field])), relative],
   };
 }
@@ -183,7 +184,7 @@ export function selectOne(n: Names, id: RecordId): Query {
 /** Reads the records of many ids, each row with the clock's `now`; missing ones return no row. */
 export function selectMany(n: Names, ids: readonly RecordId[]): Query {
   return {
-    text: `SELECT ${SELECTED}, c.now FROM (SELECT ${CLOCK} AS now) c, ${n.records} r
+    text: `SELECT ${SELECTED}, ${CLOCK} AS now FROM ${n.records} r
 JOIN unnest($1::text[], $2::text[], $3::text[]) AS v(tenant, action, key)
 ON r.tenant = v.tenant AND r.action = v.action AND r.key = v.key`,
     values: [ids.map((id) => id.tenant), ids.map((id) => id.action), ids.map((id) => id.key)],

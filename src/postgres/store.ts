@@ -80,6 +80,22 @@ interface Insert {
 
 /** Inserts records with distinct ids unless present; answers by id key. */
 async function insertAll(db: PgQueryable, n: sql.Names, inserts: Insert[]): Promise<Map<string, InsertResult>> {
+  // One statement writes times one way: relative and absolute records (the engine's claims, and
+  // records written as they are) go separately. The engine's alone are the usual case.
+  const relative = inserts.filter((p) => p.relative);
+  if (relative.length === 0 || relative.length === inserts.length) return insertSome(db, n, inserts);
+  const answers = await insertSome(db, n, relative);
+  for (const [id, answer] of await insertSome(
+    db,
+    n,
+    inserts.filter((p) => !p.relative),
+  ))
+    answers.set(id, answer);
+  return answers;
+}
+
+/** Inserts records with distinct ids, all relative or all absolute, unless present; answers by id key. */
+async function insertSome(db: PgQueryable, n: sql.Names, inserts: Insert[]): Promise<Map<string, InsertResult>> {
   const answers = new Map<string, InsertResult>();
   // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
   let pending = inserts.length > 1 ? [...inserts].sort((a, b) => compareIds(a.record, b.record)) : inserts;
@@ -93,18 +109,16 @@ async function insertAll(db: PgQueryable, n: sql.Names, inserts: Insert[]): Prom
         : sql.insertMany(
             n,
             pending.map((p) => p.record),
-            pending.map((p) => p.relative),
+            only.relative,
           );
     const { rows: insertedRows } = await db.query(insert.text, insert.values);
-    // Every returned row carries the clock's now at the insert, which a relative record's times count from.
-    const now = insertedRows.length > 0 ? Number((insertedRows[0] as { now: string | number }).now) : 0;
-    const inserted =
-      pending.length === 1
-        ? new Set(insertedRows.length === 1 ? [idKey(only.record)] : [])
-        : new Set(insertedRows.map((row) => idKey(row as RecordId)));
+    // Each inserted row carries the clock's now at the write, which a relative record's times count from.
+    const inserted = new Map<string, number>();
+    for (const row of insertedRows) inserted.set(idKey(row as RecordId), Number((row as { now: string | number }).now));
     const conflicts = [];
     for (const p of pending) {
-      if (!inserted.has(idKey(p.record))) conflicts.push(p);
+      const now = inserted.get(idKey(p.record));
+      if (now === undefined) conflicts.push(p);
       else
         answers.set(idKey(p.record), {
           inserted: true,

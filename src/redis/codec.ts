@@ -14,11 +14,6 @@ export function recordKey(prefix: string, id: RecordId): string {
   return `${prefix}r:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
 }
 
-/** The key of a record's fence counter (see FENCE_KEEP_MS): the record key's layout under `f:`. */
-export function fenceKey(prefix: string, id: RecordId): string {
-  return `${prefix}f:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
-}
-
 /** In a patch: keep the stored field. No number, state or JSON text is ever '~'. */
 const KEEP = '~';
 
@@ -108,7 +103,7 @@ export function answers(reply: unknown, count: number, extra = 0): unknown[] {
 
 /**
  * One record's answer to INSERT: an error of that record, the existing record, or its own as
- * stored (in a one-element array: its fence and times are Redis's). `now` is Redis's clock.
+ * stored (in a one-element array: a new claim's fence and times are Redis's). `now` is Redis's clock.
  */
 export function insertAnswer(answer: unknown, record: StoredRecord, now: number): InsertResult | Error {
   if (answer instanceof Error) return answer;

@@ -53,13 +53,6 @@ const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' :
  */
 export const LEASE_MARGIN_MS = 60_000;
 
-/**
- * How long a key's fence counter outlives its record. The counter holds the highest fence ever
- * issued for the key, so a record that expired and is claimed again starts above every fence a
- * stale holder may still carry: fences never go back while the counter lives.
- */
-export const FENCE_KEEP_MS = 3_600_000;
-
 // Shared by every script. `now` is Redis's own clock (TIME), so leases and expiries of every
 // process are measured by one clock, however far theirs are off; scripts calling TIME are fine
 // since Redis 5 replicates their effects, not the script. Times are written back with %.0f: Lua
@@ -80,6 +73,7 @@ end
 const PRELUDE = `${FOREIGN}
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local function ms(x) return string.format('%.0f', x) end
 local function from_now(v) if v == '' or v == '~' then return v end return ms(now + tonumber(v)) end
 local function expiry(state, lease, expires)
@@ -90,10 +84,6 @@ local function expiry(state, lease, expires)
   end
   return expires
 end
-local function keep_fence(fkey, fence, at)
-  if at then redis.call('SET', fkey, fence, 'PXAT', ms(tonumber(at) + ${FENCE_KEEP_MS}))
-  else redis.call('SET', fkey, fence) end
-end
 `;
 
 // Every script handles its keys one after the other, as separate calls would in that order, and
@@ -101,45 +91,46 @@ end
 // that key) is caught with redis.pcall and returned as that key's element, a nested error reply:
 // an uncaught error would abort the script after the earlier keys were already written (Lua
 // scripts are atomic but not rolled back), and retrying those keys would misreport them.
-// Writing scripts take KEYS as n record keys, then the n fence counters of the same records.
 
 /**
- * Insert if absent, for many records. KEYS the record keys, then their fence counters; per key,
- * two ARGV: the encoded record, and '1' when its times are ms from Redis's now ('0' absolute).
- * Answers per key: a one-element array holding the stored record's string when inserted (its
- * fence raised above the counter, its times made absolute), else the existing record's string,
- * or an error; then one last element, Redis's now. A key given twice is inserted by the first and
- * returned to the second, as two calls in that order would.
+ * Insert if absent, for many records. KEYS the record keys; per key, two ARGV: the encoded
+ * record, and '1' when it is a new claim whose times are ms from Redis's now ('0': absolute, as
+ * given). A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
+ * record that expired leaves nothing behind, and the key's next claim must still outrank every
+ * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
+ * takeover, and each takeover takes a round trip (more than a microsecond), so a record's fences
+ * stay below the clock, and its successor starts above them. No counter key is kept per record.
+ * Answers per key: a one-element array holding the stored string when inserted, else the
+ * existing record's string, or an error; then one last element, Redis's now in ms. A key given
+ * twice is inserted by the first and returned to the second, as two calls in that order would.
  */
 export const INSERT = script(`${PRELUDE}
-local n = #KEYS / 2
 local out = {}
-for i = 1, n do
-  local old = redis.pcall('GET', KEYS[i])
-  if type(old) == 'table' then out[i] = old
-  elseif old then
-    if string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i]) else out[i] = old end
-  else
-    local ${FIELDS.join(', ')} = string.match(ARGV[2 * i - 1], ${PATTERN})
-    if ARGV[2 * i] == '1' then
-${TIMES.map((name) => `      ${name} = from_now(${name})`).join('\n')}
-    end
-    local last = tonumber(redis.call('GET', KEYS[n + i]) or '0') or 0
-    if last >= tonumber(fence) then fence = ms(last + 1) end
-    local value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
-    local at = expiry(state, leaseUntil, expiresAt)
-    if at then redis.call('SET', KEYS[i], value, 'PXAT', at) else redis.call('SET', KEYS[i], value) end
-    keep_fence(KEYS[n + i], fence, at)
-    out[i] = { value }
+for i = 1, #KEYS do
+  local value = ARGV[2 * i - 1]
+  local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
+  if ARGV[2 * i] == '1' then
+${TIMES.map((name) => `    ${name} = from_now(${name})`).join('\n')}
+    if now_us > tonumber(fence) then fence = ms(now_us) end
+    value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
   end
+  local at = expiry(state, leaseUntil, expiresAt)
+  local old
+  if at then
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'PXAT', at, 'GET')
+  else
+    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
+  end
+  if not old then out[i] = { value }
+  elseif type(old) == 'string' and string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i])
+  else out[i] = old end
 end
-out[n + 1] = now
+out[#KEYS + 1] = now
 return out
 `);
 
 /**
- * Conditional writes, for many records. KEYS the record keys, then their fence counters; per
- * key, two ARGV:
+ * Conditional writes, for many records. KEYS the record keys; per key, two ARGV:
  *   1. the expectation: fence, lease check ('0' none, '1' lease must be null, '2' lease must
  *      equal the expected lease), expected lease, '1' when the patch's times are ms from Redis's
  *      now ('0' absolute), then '|' and the allowed states each followed by '|', all joined by '|'
@@ -147,13 +138,10 @@ return out
  *   2. the patch: a record in the stored layout where '~' keeps a field as it is.
  * Answers per key: 1 when the write applied, 0 when the record is missing or did not match, or an
  * error. Writes to one key are applied in order, each checked against the record the previous
- * one left: the same as separate calls in that order, so one batch may carry several per key. A
- * write that changes the fence or the state also refreshes the fence counter, so it outlives the
- * record (lease renewals, the most frequent writes, change neither).
+ * one left: the same as separate calls in that order, so one batch may carry several per key.
  */
 export const UPDATE = script(`${PRELUDE}
-local n = #KEYS / 2
-local function update(key, fkey, expect, patch)
+local function update(key, expect, patch)
   local value = redis.pcall('GET', key)
   if not value then return 0 end
   if type(value) == 'table' then return value end
@@ -168,17 +156,15 @@ local function update(key, fkey, expect, patch)
   if e_relative == '1' then
 ${TIMES.map((name) => `    p_${name} = from_now(p_${name})`).join('\n')}
   end
-  local was = state .. '|' .. fence
 ${FIELDS.map((name, i) => `  if ${PATCHED[i]} ~= '~' then ${name} = ${PATCHED[i]} end`).join('\n')}
   local at = expiry(state, leaseUntil, expiresAt)
   value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
   if at then redis.call('SET', key, value, 'PXAT', at) else redis.call('SET', key, value) end
-  if state .. '|' .. fence ~= was then keep_fence(fkey, fence, at) end
   return 1
 end
 local out = {}
-for i = 1, n do
-  out[i] = update(KEYS[i], KEYS[n + i], ARGV[2 * i - 1], ARGV[2 * i])
+for i = 1, #KEYS do
+  out[i] = update(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
 end
 return out
 `);

@@ -7,7 +7,6 @@ import {
   encodeExpect,
   encodePatch,
   encodeRecord,
-  fenceKey,
   getAnswer,
   insertAnswer,
   recordKey,
@@ -187,9 +186,8 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // Records and patches are encoded by each caller before they join a batch, so a value the
   // codec refuses fails its own call and never the batch it would have joined.
   async function insertMany(items: Insert[]): Promise<(InsertResult | Error)[]> {
-    const args = command(INSERT, 2 * items.length);
+    const args = command(INSERT, items.length);
     for (const item of items) args.push(recordKey(prefix, item.record));
-    for (const item of items) args.push(fenceKey(prefix, item.record));
     for (const item of items) args.push(item.value, item.relative);
     // One answer per record, then Redis's clock.
     const reply = answers(await send(INSERT, args), items.length, 1);
@@ -200,9 +198,8 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   }
 
   async function updateMany(items: Update[]): Promise<(boolean | Error)[]> {
-    const args = command(UPDATE, 2 * items.length);
+    const args = command(UPDATE, items.length);
     for (const item of items) args.push(recordKey(prefix, item.id));
-    for (const item of items) args.push(fenceKey(prefix, item.id));
     for (const item of items) args.push(item.expect, item.patch);
     return answers(await send(UPDATE, args), items.length).map(updateAnswer);
   }
