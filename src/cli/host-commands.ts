@@ -9,8 +9,11 @@ interface HostOptions {
 
 /** Apps are TypeScript folders: their files load through tsx, registered only by commands that load an app. */
 async function host(dir: string, options: HostOptions): Promise<Host> {
-  const [{ register }, { openHost }] = await Promise.all([import('tsx/esm/api'), import('../host/open.js')]);
-  register();
+  const [{ registerAppLoader }, { openHost }] = await Promise.all([
+    import('./app-loader.js'),
+    import('../host/open.js'),
+  ]);
+  await registerAppLoader();
   return openHost(dir, options.db);
 }
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { register } from 'tsx/esm/api';
 import { loadApp } from '../host/app.js';
 import { shellQuote, signedHeaders } from '../host/routes.js';
+import { registerAppLoader } from './app-loader.js';
 
 /**
  * A curl line that delivers `body` to webhook source `name` of the app in `dir`, signed with the
@@ -18,7 +18,7 @@ export async function signCommand(
   } catch {
     throw new Error(`the body ${body} is not JSON`);
   }
-  register();
+  await registerAppLoader();
   const app = await loadApp(dir);
   const sources = app.config.sources ?? {};
   const source = Object.hasOwn(sources, name) ? sources[name] : undefined;

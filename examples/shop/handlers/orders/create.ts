@@ -5,6 +5,9 @@ import { must } from '../../shop.js';
 /** Clients retry this after timeouts: a key is required, and a replay answers with the first order. */
 export const idempotency = { required: true, ttl: '24h' };
 
+/** The input of the curl line `oncely serve` prints. */
+export const example = { customerId: 'cus_1', sku: 'TEA-1', quantity: 1, phone: '+86 138 0000 0000' };
+
 /** Creates an order; its id comes from the request's key, so a retry can never create a second one. */
 export async function handle(
   input: { customerId: string; sku: string; quantity: number; phone: string },
