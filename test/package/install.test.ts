@@ -139,7 +139,8 @@ describe('oncely installed from its tarball', () => {
       .join('\n');
     await ws.run('node', ['--input-type=module', '-e', script]);
 
-    writeFileSync(join(ws.dir, 'user.ts'), USER_FILE);
+    // .mts: oncely is ESM only, and the folder's package.json (npm's default) says nothing.
+    writeFileSync(join(ws.dir, 'user.mts'), USER_FILE);
     for (const resolution of ['node16', 'bundler'] as const) {
       const module = resolution === 'node16' ? 'node16' : 'esnext';
       const tsconfig = `tsconfig.${resolution}.json`;
@@ -154,7 +155,7 @@ describe('oncely installed from its tarball', () => {
             noEmit: true,
             types: ['node'],
           },
-          files: ['user.ts'],
+          files: ['user.mts'],
         }),
       );
       await timed(`tsc ${resolution}`, () => ws.run('npx', ['tsc', '-p', tsconfig]));

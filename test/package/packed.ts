@@ -52,7 +52,9 @@ export async function packedWorkspace(): Promise<Workspace> {
   const root = mkdtempSync(join(tmpdir(), 'oncely-packed-'));
   const dir = join(root, 'app');
   mkdirSync(dir);
-  writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ name: 'user-app', private: true, type: 'module' })}\n`);
+  // What `npm i` leaves in an empty folder: no "type", so the folder is CommonJS; the app that
+  // `oncely init` makes carries its own package.json saying "module".
+  writeFileSync(join(dir, 'package.json'), '{}\n');
   const extra: Record<string, string> = {};
   if (process.env.ONCELY_PACKAGE_SOURCE_BUILD !== '1') {
     const prebuilds = join(root, 'prebuilds');
