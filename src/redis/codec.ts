@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../core/errors.js';
-import type { RecordId, RecordState, StoredRecord } from '../core/record.js';
+import { absoluteRecord, type RecordId, type RecordState, type StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch } from '../store.js';
 import { FIELDS, TAG } from './scripts.js';
 
@@ -102,13 +102,23 @@ export function answers(reply: unknown, count: number, extra = 0): unknown[] {
 }
 
 /**
- * One record's answer to INSERT: an error of that record, the existing record, or its own as
- * stored (in a one-element array: a new claim's fence and times are Redis's). `now` is Redis's clock.
+ * One record's answer to INSERT: an error of that record, the existing record, or its own (a
+ * one-element array holding its fence: a new claim's starts at Redis's clock, and its times are
+ * the given durations from `now`, Redis's clock in ms). Built from the record given rather than
+ * read back, as the other stores answer an insert.
  */
-export function insertAnswer(answer: unknown, record: StoredRecord, now: number): InsertResult | Error {
+export function insertAnswer(
+  answer: unknown,
+  record: StoredRecord,
+  relative: boolean,
+  now: number,
+): InsertResult | Error {
   if (answer instanceof Error) return answer;
-  if (Array.isArray(answer)) return { inserted: true, record: decodeRecord(answer[0], record), now };
-  return { inserted: false, record: decodeRecord(answer, record), now };
+  if (!Array.isArray(answer)) return { inserted: false, record: decodeRecord(answer, record), now };
+  if (!relative) return { inserted: true, record, now };
+  const stored = absoluteRecord(record, now);
+  stored.fence = Number(answer[0]);
+  return { inserted: true, record: stored, now };
 }
 
 /** One record's answer to UPDATE: whether it applied, or an error of that record. */

@@ -100,30 +100,32 @@ end
  * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
  * takeover, and each takeover takes a round trip (more than a microsecond), so a record's fences
  * stay below the clock, and its successor starts above them. No counter key is kept per record.
- * Answers per key: a one-element array holding the stored string when inserted, else the
- * existing record's string, or an error; then one last element, Redis's now in ms. A key given
+ * Answers per key: a one-element array holding the fence stored when inserted (its times are
+ * the given durations from `now`), else the existing record's string, or an error; then one last
+ * element, Redis's now in ms. A key given
  * twice is inserted by the first and returned to the second, as two calls in that order would.
  */
 export const INSERT = script(`${PRELUDE}
 local out = {}
+-- A read first: a duplicate (the common case of a key that exists) then costs one GET, and only
+-- a new record is parsed, given its times and fence, and written (the script is atomic).
 for i = 1, #KEYS do
-  local value = ARGV[2 * i - 1]
-  local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
-  if ARGV[2 * i] == '1' then
-${TIMES.map((name) => `    ${name} = from_now(${name})`).join('\n')}
-    if now_us > tonumber(fence) then fence = ms(now_us) end
-    value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
-  end
-  local at = expiry(state, leaseUntil, expiresAt)
-  local old
-  if at then
-    old = redis.pcall('SET', KEYS[i], value, 'NX', 'PXAT', at, 'GET')
+  local old = redis.pcall('GET', KEYS[i])
+  if type(old) == 'table' then out[i] = old
+  elseif old then
+    if string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i]) else out[i] = old end
   else
-    old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
+    local value = ARGV[2 * i - 1]
+    local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
+    if ARGV[2 * i] == '1' then
+${TIMES.map((name) => `      ${name} = from_now(${name})`).join('\n')}
+      if now_us > tonumber(fence) then fence = ms(now_us) end
+      value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
+    end
+    local at = expiry(state, leaseUntil, expiresAt)
+    if at then redis.call('SET', KEYS[i], value, 'PXAT', at) else redis.call('SET', KEYS[i], value) end
+    out[i] = { fence }
   end
-  if not old then out[i] = { value }
-  elseif type(old) == 'string' and string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i])
-  else out[i] = old end
 end
 out[#KEYS + 1] = now
 return out

@@ -193,7 +193,10 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
     const reply = answers(await send(INSERT, args), items.length, 1);
     const now = Number(reply[items.length]);
     const out: (InsertResult | Error)[] = [];
-    for (let i = 0; i < items.length; i++) out.push(insertAnswer(reply[i], (items[i] as Insert).record, now));
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i] as Insert;
+      out.push(insertAnswer(reply[i], item.record, item.relative === '1', now));
+    }
     return out;
   }
 
