@@ -19,6 +19,7 @@ export default {
   sources: {
     shop: { kind: 'standard-webhooks', secret: webhookSecret() },
   },
+  // Demo only: a client may send any x-account. A real app resolves the tenant from a verified credential.
   tenant: (headers) => headers['x-account'],
   // Short lease: a host killed mid-consumer hands its events over within seconds.
   events: { maxAttempts: 5, baseDelayMs: 100, leaseMs: 2_000 },

@@ -5,6 +5,7 @@ import { appDir, withDir } from './dir.js';
 interface HostOptions {
   dir?: string;
   db?: string;
+  poolSize?: string;
 }
 
 /** Apps are TypeScript folders: their files load through tsx, registered only by commands that load an app. */
@@ -14,7 +15,10 @@ async function host(dir: string, options: HostOptions): Promise<Host> {
     import('../host/open.js'),
   ]);
   await registerAppLoader();
-  return openHost(dir, options.db);
+  const poolSize = options.poolSize === undefined ? undefined : Number(options.poolSize);
+  if (poolSize !== undefined && (!Number.isSafeInteger(poolSize) || poolSize < 1))
+    throw new Error(`--pool-size ${options.poolSize} is not a positive whole number of connections`);
+  return openHost(dir, options.db, { poolSize });
 }
 
 const dbOption = [
@@ -38,6 +42,7 @@ export function addHostCommands(program: Command): void {
     .argument('[dir]', 'app folder (default: .)')
     .option(...dbOption)
     .option('--port <port>', 'port to listen on', process.env.PORT ?? '3000')
+    .option('--pool-size <n>', 'PostgreSQL connections of this process (default: the app config, else 10)')
     .action(async (arg: string | undefined, options: HostOptions & { port: string }) => {
       const dir = appDir(arg, options);
       const port = Number(options.port);

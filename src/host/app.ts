@@ -27,6 +27,8 @@ export interface HandlerModule {
   input?: InputSchema;
   /** A sample input: `oncely serve` and `GET /` print a ready curl line with it. */
   example?: unknown;
+  /** How long `handle` may run before its transaction rolls back with 503 HANDLER_TIMEOUT. Default: the config's. */
+  timeout?: Duration;
 }
 
 /** What a file in `consumers/<source>/<type>.ts` exports. */
@@ -34,6 +36,8 @@ export interface ConsumerModule {
   handle(event: HostEvent, ctx: HostContext): unknown;
   /** Ordering by business version: events older than the aggregate's stored version are `stale`. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
+  /** How long `handle` may run before its transaction rolls back and the attempt counts as failed. Default: the config's. */
+  timeout?: Duration;
 }
 
 /** An app folder, loaded. */

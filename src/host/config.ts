@@ -1,12 +1,29 @@
+import type { Duration } from '../core/duration.js';
 import type { HostLog } from './context.js';
 import type { SourceConfig } from './webhooks.js';
+
+/** Limits of one webhook source, beside how it is read and verified. */
+export interface SourceLimits {
+  /** Largest request body in bytes; larger ones get 413 before more is read (and before any signature check). Default 1 MiB. */
+  maxBodyBytes?: number;
+}
 
 /** An app's `oncely.config.ts`: its webhook sources, how a request names its tenant, and its database. */
 export interface HostConfig {
   /** Webhook sources by the name used in `POST /v1/webhooks/:source`. */
-  sources?: Record<string, SourceConfig>;
-  /** The tenant of an invocation, from its headers (an API key or account). Default: 'default'. */
+  sources?: Record<string, SourceConfig & SourceLimits>;
+  /**
+   * The tenant of an invocation, from its headers. It must name the authenticated principal (an
+   * account resolved from a verified API key or token), never a value the client picks freely:
+   * keys, records and stable ids are scoped by it. Default: 'default'.
+   */
   tenant?: (headers: Record<string, string | undefined>) => string | undefined;
+  /** Largest invoke request body in bytes; larger ones get 413 before more is read. Default 1 MiB. */
+  maxBodyBytes?: number;
+  /** How long a handler or consumer may run unless it exports its own `timeout`; then it rolls back. Default '30s'. */
+  timeout?: Duration;
+  /** PostgreSQL: connections in this process's pool (`--pool-size` overrides). Default 10. */
+  poolSize?: number;
   /** Database when `--db` is not given: a SQLite path or a postgres:// URL. Default ./.oncely/app.db in the app folder. */
   db?: string;
   /** Event consumers: retries before a dead letter, backoff base, lease. */

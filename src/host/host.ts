@@ -1,18 +1,17 @@
 import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
-import { type Context, Hono } from 'hono';
+import { Hono } from 'hono';
 import { OncelyError } from '../core/errors.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
 import { createFlows, type Flows } from '../flows/flows.js';
-import { IdempotencyGate } from '../http/gate.js';
 import type { HttpResponse } from '../http/response.js';
 import type { RecordStore } from '../store.js';
 import type { App } from './app.js';
-import { hostContext } from './context.js';
-import { createDataStore } from './data-store.js';
+import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
+import { bindConsumer } from './consume.js';
 import { type ConsumerBinding, EventQueue } from './events.js';
-import { envelope, invoke } from './invoke.js';
+import { envelope, Invoker } from './invoke.js';
 import { OUTBOX_DDL, OutboxRelay } from './outbox.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
@@ -43,31 +42,25 @@ const APP_SCHEMA_DDL =
 /** Builds the host of a loaded app on a database. `store` is the engine's record store on that same database. */
 export async function createHost(app: App, db: Db, store: RecordStore): Promise<Host> {
   validateSources(app.config);
+  // Source body limits by name, checked now: a bad one fails at start, not at the first webhook.
+  const sourceLimits = new Map(
+    Object.entries(app.config.sources ?? {}).map(([name, s]) => [
+      name,
+      byteLimit(s.maxBodyBytes, `${name}.maxBodyBytes`),
+    ]),
+  );
   const once = await createOncely({ store, tenant: 'default' });
   let schema: AppSchema | undefined;
   const currentSchema = () => {
     if (!schema) throw new Error('the host is not migrated yet');
     return schema;
   };
-  const tenantOf = (c: Context) => app.config.tenant?.(Object.fromEntries(c.req.raw.headers)) ?? 'default';
 
   // Flows share the app's database, so a handler's flows.start commits with the handler.
   const flows = app.flows.length > 0 ? await createFlows({ db, flows: app.flows }) : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
-    if (!consumer) return undefined;
-    return {
-      ordering: consumer.ordering,
-      handle: async (event, tx) => {
-        await once.run(
-          { action: `consume:${source}/${type}`, key: event.id, input: event.data, tx: tx.handle, ttl: '7d' },
-          async (ctx) => {
-            await consumer.handle(event, hostContext(tx, createDataStore(tx, currentSchema()), ctx, ctx.tenant, flows));
-            return null;
-          },
-        );
-      },
-    };
+    return consumer && bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows });
   };
   const events = new EventQueue(db, { consumerFor, ...app.config.events, logger: app.config.logger });
   // The default delivery target: the app's own consumers, with the outbox id as the event id.
@@ -76,19 +69,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     target: { deliver: async (m) => void (await events.intake('outbox', m.id, m.topic, m.payload)) },
   });
 
-  const gates = new Map<string, IdempotencyGate<Context>>();
-  for (const [id, handler] of app.handlers) {
-    const declared = handler.idempotency ?? {};
-    gates.set(
-      id,
-      new IdempotencyGate<Context>({
-        once,
-        required: declared.required ?? true,
-        ttl: declared.ttl,
-        lease: declared.lease,
-      }),
-    );
-  }
+  const invoker = new Invoker(app, { db, once, schema: currentSchema, flows, afterCommit: () => relay.wake() });
 
   const http = new Hono();
   const send = (response: HttpResponse) =>
@@ -100,21 +81,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   http.get('/', (c) => c.json({ code: 0, data: routeIndex(app, new URL(c.req.url).origin) }));
   http.get('/v1/health', (c) => c.json({ code: 0, data: { ok: true } }));
   http.get('/v1/events/stats', async (c) => c.json({ code: 0, data: await events.stats() }));
-  http.post('/v1/invoke/:handler', async (c) => {
-    const id = c.req.param('handler');
-    const handler = app.handlers.get(id);
-    if (!handler) return send(envelope(404, { error: { code: 'HANDLER_UNKNOWN', message: `no handler ${id}` } }));
-    return send(
-      await invoke(c, id, handler, {
-        db,
-        schema: currentSchema,
-        gates,
-        tenantOf,
-        flows,
-        afterCommit: () => relay.wake(),
-      }),
-    );
-  });
+  http.post('/v1/invoke/:handler', async (c) => send(await invoker.invoke(c.req.param('handler'), c.req.raw)));
   http.post('/v1/webhooks/:source', async (c) => {
     const name = c.req.param('source');
     // Own keys only: `__proto__` or `toString` must be unknown sources, not Object.prototype's members.
@@ -122,7 +89,14 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     const source = Object.hasOwn(sources, name) ? sources[name] : undefined;
     if (!source)
       return send(envelope(404, { error: { code: 'SOURCE_UNKNOWN', message: `no webhook source ${name}` } }));
-    const body = Buffer.from(await c.req.arrayBuffer());
+    // Capped before the signature check: an unsigned body costs at most the source's limit.
+    const limit = sourceLimits.get(name) ?? DEFAULT_MAX_BODY_BYTES;
+    const capped = await readBodyCapped(c.req.raw, limit);
+    if (!capped.ok)
+      return send(
+        envelope(413, { error: { code: 'REQUEST_TOO_LARGE', message: `request body is over ${limit} bytes` } }),
+      );
+    const body = capped.body;
     const read = readWebhook(source, Object.fromEntries(c.req.raw.headers), body);
     if (!read.ok) return send(envelope(read.status, { error: { code: read.code, message: read.message } }));
     // Persisted before the answer: a 2xx means the event survives a crash from here on.

@@ -1,13 +1,18 @@
-import type { Context } from 'hono';
 import { OncelyError } from '../core/errors.js';
-import { keyFrom } from '../core/key.js';
-import type { Db } from '../db/types.js';
+import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
+import type { Db, Sql } from '../db/types.js';
+import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
-import type { IdempotencyGate } from '../http/gate.js';
+import { IdempotencyGate } from '../http/gate.js';
+import { readKeyHeader } from '../http/header.js';
+import { problemFor } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
-import type { HandlerModule } from './app.js';
+import type { App, HandlerModule } from './app.js';
+import { byteLimit, readBodyCapped } from './body.js';
 import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
+import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
+import { logFailure } from './failure-log.js';
 import type { AppSchema } from './schema.js';
 
 /** The reply of `POST /v1/invoke/:handler`: `{ code: 0, data }` or `{ code, error: { code, message } }`. */
@@ -24,83 +29,233 @@ export function envelope(
 /** Everything an invocation needs from the host. */
 export interface InvokeDeps {
   db: Db;
+  once: Oncely;
   schema: () => AppSchema;
-  gates: Map<string, IdempotencyGate<Context>>;
-  tenantOf(c: Context): string;
   flows: Flows | undefined;
   afterCommit(): void;
 }
 
+/** What the gate of a handler knows of a request: its resolved tenant. */
+interface Invocation {
+  tenant: string;
+}
+
+/** A handler with its gate and timeout, fixed when the host starts. */
+interface Bound {
+  module: HandlerModule;
+  gate: IdempotencyGate<Invocation>;
+  timeoutMs: number;
+}
+
+/** How long a duplicate of a running key is told to wait before it retries. */
+const IN_PROGRESS_RETRY_MS = 1000;
+
 /**
- * Runs one handler invocation in one transaction: the idempotency record, the handler's store
+ * Runs handler invocations, each in one transaction: the idempotency record, the handler's store
  * writes and its outbox rows commit together, or none of them does.
  */
-export async function invoke(c: Context, id: string, handler: HandlerModule, deps: InvokeDeps): Promise<HttpResponse> {
-  const text = await c.req.text();
-  let input: unknown = {};
-  try {
-    if (text !== '') input = JSON.parse(text);
-  } catch {
-    return envelope(400, { error: { code: 'BODY_INVALID', message: 'the body must be JSON' } });
-  }
-  if (handler.input) {
-    const checked = await handler.input['~standard'].validate(input);
-    if (checked.issues)
-      return envelope(400, {
-        error: { code: 'INPUT_INVALID', message: checked.issues.map((i) => i.message).join('; ') },
+export class Invoker {
+  private readonly handlers = new Map<string, Bound>();
+  /** Keys running in this process, as (tenant, handler, key): their duplicates never wait for a connection. */
+  private readonly running = new Set<string>();
+  private readonly maxBodyBytes: number;
+
+  constructor(
+    private readonly app: App,
+    private readonly deps: InvokeDeps,
+  ) {
+    this.maxBodyBytes = byteLimit(app.config.maxBodyBytes, 'maxBodyBytes');
+    for (const [id, module] of app.handlers) {
+      const declared = module.idempotency ?? {};
+      const gate = new IdempotencyGate<Invocation>({
+        once: deps.once,
+        tenant: (invocation) => invocation.tenant,
+        required: declared.required ?? true,
+        ttl: declared.ttl,
+        lease: declared.lease,
+        maxBodyBytes: this.maxBodyBytes,
       });
-    input = checked.value;
+      this.handlers.set(id, { module, gate, timeoutMs: timeoutMs(module.timeout, app.config.timeout) });
+    }
   }
-  const declared = handler.idempotency ?? {};
-  const header = c.req.header('idempotency-key');
-  let key: string | undefined;
-  try {
-    // A key built from business fields of the input when the caller sent none: never a random one.
-    if (header === undefined && declared.keyFields?.length)
-      key = keyFrom(...declared.keyFields.map((f) => fieldOf(input, f)));
-  } catch (error) {
-    return envelope(400, { error: { code: (error as OncelyError).code, message: (error as Error).message } });
-  }
-  const gate = deps.gates.get(id);
-  if (!gate) return envelope(404, { error: { code: 'HANDLER_UNKNOWN', message: `no handler ${id}` } });
-  const tenant = deps.tenantOf(c);
-  try {
-    const response = await deps.db.transaction(async (tx) => {
-      const start = await gate.begin(
-        c,
-        { method: 'POST', route: id, header, key, body: input, bodyBytes: Buffer.byteLength(text) },
-        { tx: tx.handle },
+
+  /** Answers `POST /v1/invoke/:handler` for `request`. */
+  async invoke(id: string, request: Request): Promise<HttpResponse> {
+    const handler = this.handlers.get(id);
+    if (!handler) return failure(404, 'HANDLER_UNKNOWN', `no handler ${id}`);
+    const tenant = this.tenantOf(request);
+    if (tenant === undefined)
+      return failure(
+        400,
+        'TENANT_INVALID',
+        `the tenant of this request must be 1 to ${MAX_NAME_LENGTH} printable characters`,
       );
-      if (start.kind === 'respond') return asEnvelope(start.response);
-      const store = createDataStore(tx, deps.schema());
-      if (start.kind === 'pass')
-        return envelope(200, {
-          data: await handler.handle(input, hostContext(tx, store, undefined, tenant, deps.flows)),
-        });
-      let data: unknown;
-      try {
-        data = await handler.handle(input, hostContext(tx, store, start.run.context, tenant, deps.flows));
-      } catch (error) {
-        await start.run.abandon(error);
-        throw error;
-      }
-      return start.run.finish(envelope(200, { data }), true);
-    });
-    deps.afterCommit();
-    return response;
-  } catch (error) {
-    // The handler threw: its transaction (record included) rolled back, so the key is free again.
-    const e = error as { status?: unknown; code?: unknown; message?: unknown };
-    const status = typeof e.status === 'number' && e.status >= 400 && e.status < 600 ? e.status : 500;
-    const code = typeof e.code === 'string' ? e.code : 'HANDLER_FAILED';
-    return envelope(status, { error: { code, message: typeof e.message === 'string' ? e.message : 'handler failed' } });
+    const read = await readBodyCapped(request, this.maxBodyBytes);
+    if (!read.ok) return failure(413, 'REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`);
+    const text = read.body.toString('utf8');
+    let input: unknown = {};
+    try {
+      if (text !== '') input = JSON.parse(text);
+    } catch {
+      return failure(400, 'BODY_INVALID', 'the body must be JSON');
+    }
+    const { module } = handler;
+    if (module.input) {
+      const checked = await module.input['~standard'].validate(input);
+      if (checked.issues) return failure(400, 'INPUT_INVALID', checked.issues.map((i) => i.message).join('; '));
+      input = checked.value;
+    }
+    let key: string | undefined;
+    try {
+      key = keyOf(module, request.headers.get('idempotency-key'), input);
+    } catch (error) {
+      return asEnvelope(problemFor(error as OncelyError));
+    }
+    if (key === undefined) return this.execute(handler, id, tenant, undefined, input, read.body.byteLength);
+    const slot = JSON.stringify([tenant, id, key]);
+    if (this.running.has(slot)) return inProgress();
+    this.running.add(slot);
+    try {
+      return await this.execute(handler, id, tenant, { key, slot }, input, read.body.byteLength);
+    } finally {
+      this.running.delete(slot);
+    }
   }
+
+  /** The tenant named by `config.tenant(headers)` (default 'default'), or undefined when it is not a valid name. */
+  private tenantOf(request: Request): string | undefined {
+    const tenant = this.app.config.tenant?.(Object.fromEntries(request.headers)) ?? 'default';
+    try {
+      return validateName(tenant, 'tenant');
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async execute(
+    handler: Bound,
+    id: string,
+    tenant: string,
+    claim: { key: string; slot: string } | undefined,
+    input: unknown,
+    bodyBytes: number,
+  ): Promise<HttpResponse> {
+    const { db, schema, flows } = this.deps;
+    const what = `handler ${id}`;
+    const run = (tx: Sql, context: Parameters<typeof hostContext>[2]) =>
+      withinTimeout(tx, handler.timeoutMs, what, async (guarded) =>
+        dataEnvelope(
+          await handler.module.handle(
+            input,
+            hostContext(guarded, createDataStore(guarded, schema()), context, tenant, flows),
+          ),
+        ),
+      );
+    try {
+      const response = await db.transaction(async (tx) => {
+        if (tx.dialect === 'postgres' && !(await this.prepare(tx, handler.timeoutMs, claim?.slot))) return inProgress();
+        const start = await handler.gate.begin(
+          { tenant },
+          { method: 'POST', route: id, header: undefined, key: claim?.key, body: input, bodyBytes },
+          { tx: tx.handle },
+        );
+        if (start.kind === 'respond') return asEnvelope(start.response);
+        if (start.kind === 'pass') return run(tx, undefined);
+        let answer: HttpResponse;
+        try {
+          answer = await run(tx, start.run.context);
+        } catch (error) {
+          await start.run.abandon(error);
+          throw error;
+        }
+        return start.run.finish(answer, true);
+      });
+      this.deps.afterCommit();
+      return response;
+    } catch (error) {
+      // The handler threw, timed out or returned what JSON cannot carry: its transaction (record
+      // included) rolled back, so nothing it wrote survives and the key is free again.
+      const e = error as { status?: unknown; code?: unknown; message?: unknown };
+      const status = typeof e.status === 'number' && e.status >= 400 && e.status < 600 ? e.status : 500;
+      logFailure(
+        this.app.config.logger,
+        'handler failed',
+        `${id}, key ${claim?.key ?? '(none)'}`,
+        { handler: id, key: claim?.key ?? null, status },
+        error,
+      );
+      // Public: an OncelyError, or a 4xx the handler chose with a code. Anything else (a driver's
+      // SQL error, a bug) may carry internals, so the client gets a generic line and the log the rest.
+      const isPublic = error instanceof OncelyError || (status < 500 && typeof e.code === 'string');
+      const code = isPublic && typeof e.code === 'string' ? e.code : 'HANDLER_FAILED';
+      const message =
+        isPublic && typeof e.message === 'string' ? e.message : `handler ${id} failed; the server log has the error`;
+      const answer = failure(status, code, message);
+      if (code === 'HANDLER_TIMEOUT') answer.headers['retry-after'] = '1';
+      return answer;
+    }
+  }
+
+  /**
+   * PostgreSQL, first statement of the transaction: bounds its statements by the handler's
+   * timeout and, for a keyed request, takes a try-lock on (tenant, handler, key). A duplicate
+   * running in another process holds that lock: this one answers 409 at once instead of
+   * waiting on the records' unique index with a pooled connection.
+   */
+  private async prepare(tx: Sql, ms: number, slot: string | undefined): Promise<boolean> {
+    if (slot === undefined) {
+      await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
+      return true;
+    }
+    const [row] = await tx.all<{ free: boolean }>(
+      `SELECT pg_try_advisory_xact_lock(hashtextextended(?, 0)) AS free, ${STATEMENT_TIMEOUT}`,
+      [slot, String(ms)],
+    );
+    return row?.free === true;
+  }
+}
+
+/** The key of a request: its Idempotency-Key header, else one built from the declared input fields (never a random one). */
+function keyOf(module: HandlerModule, header: string | null, input: unknown): string | undefined {
+  const fromHeader = readKeyHeader(header);
+  if (fromHeader !== undefined) return fromHeader;
+  const fields = module.idempotency?.keyFields;
+  return fields?.length ? keyFrom(...fields.map((f) => fieldOf(input, f))) : undefined;
 }
 
 function fieldOf(input: unknown, field: string): string | number {
   const value = (input as Record<string, unknown> | null)?.[field];
   if (typeof value === 'string' || typeof value === 'number') return value;
   throw new OncelyError('KEY_REQUIRED', `key field ${field} is missing from the input`);
+}
+
+/**
+ * The success reply of a handler's result. Built inside the transaction: a result JSON cannot
+ * carry (a bigint from an ORM, a cycle) fails the invocation and rolls back its writes.
+ */
+function dataEnvelope(data: unknown): HttpResponse {
+  try {
+    return envelope(200, { data });
+  } catch (error) {
+    throw Object.assign(
+      new OncelyError('RESULT_NOT_SERIALIZABLE', `the handler's result is not JSON: ${(error as Error).message}`, {
+        cause: error,
+      }),
+      { status: 500 },
+    );
+  }
+}
+
+function failure(status: number, code: string, message: string): HttpResponse {
+  return envelope(status, { error: { code, message } });
+}
+
+function inProgress(): HttpResponse {
+  return asEnvelope(
+    problemFor(
+      new OncelyError('IN_PROGRESS', 'a request with this key is running now', { retryAfterMs: IN_PROGRESS_RETRY_MS }),
+    ),
+  );
 }
 
 /** Problem documents of the gate, in the host's envelope (status and Retry-After kept). */

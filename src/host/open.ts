@@ -7,15 +7,18 @@ import { createHost, type Host } from './host.js';
 
 /**
  * Loads the app in `dir` and builds its host on `db` (a SQLite path or a postgres:// URL; default:
- * the app's config, else `<dir>/.oncely/app.db`). Migrates before returning. A failure says which
+ * the app's config, else `<dir>/.oncely/app.db`; `poolSize`: PostgreSQL connections, default the
+ * config's, else 10). Migrates before returning. A failure says which
  * part of the app to change, and leaves no connection open.
  * @example const host = await openHost('examples/shop'); await host.start(3000);
  */
-export async function openHost(dir: string, db?: string): Promise<Host> {
+export async function openHost(dir: string, db?: string, options: { poolSize?: number } = {}): Promise<Host> {
   const app = await loadApp(dir).catch((error: unknown) => {
     throw new OncelyError('CONFIG_INVALID', `cannot load the app in ${dir}: ${oneLine(error)}`, { cause: error });
   });
-  const database = await openDb(db ?? app.config.db ?? join(app.dir, '.oncely', 'app.db'));
+  const database = await openDb(db ?? app.config.db ?? join(app.dir, '.oncely', 'app.db'), {
+    poolSize: options.poolSize ?? app.config.poolSize,
+  });
   let host: Host;
   try {
     host = await createHost(app, database, recordStoreFor(database));

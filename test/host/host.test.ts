@@ -95,6 +95,17 @@ for (const [name, makeTarget] of targets)
       expect(await count('SELECT COUNT(*) AS n FROM oncely_outbox')).toBe(outboxBefore + 1);
     });
 
+    it('defect 11.7: a result that is not JSON (a bigint) is 500 RESULT_NOT_SERIALIZABLE, rolled back, key free', async () => {
+      for (let attempt = 0; attempt < 2; attempt++)
+        expect(await invoke('notes.counted', { body: 'counted' }, '"counted-1"')).toMatchObject({
+          status: 500,
+          replayed: null,
+          body: { error: { code: 'RESULT_NOT_SERIALIZABLE' } },
+        });
+      expect(await count(`SELECT COUNT(*) AS n FROM notes WHERE body = 'counted'`)).toBe(0);
+      expect(await count(`SELECT COUNT(*) AS n FROM oncely_records WHERE key = 'counted-1'`)).toBe(0);
+    });
+
     it('delivers outbox rows to consumers once, with the outbox id as the event id', async () => {
       const { body } = await invoke('notes.create', { body: 'relay me' }, '"note-3"');
       await invoke('notes.create', { body: 'relay me' }, '"note-3"');

@@ -1,0 +1,52 @@
+import type { Oncely } from '../engine/engine.js';
+import type { Flows } from '../flows/flows.js';
+import type { ConsumerModule } from './app.js';
+import type { HostConfig } from './config.js';
+import { hostContext } from './context.js';
+import { createDataStore } from './data-store.js';
+import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
+import type { ConsumerBinding } from './events.js';
+import type { AppSchema } from './schema.js';
+
+/** What a consumer needs from the host. */
+export interface ConsumeDeps {
+  once: Oncely;
+  config: HostConfig;
+  schema: () => AppSchema;
+  flows: Flows | undefined;
+}
+
+/**
+ * The binding the event queue runs for one consumer: under a claim keyed by the event id, in the
+ * queue's transaction, for at most the consumer's timeout. A consumer that runs past it throws
+ * HANDLER_TIMEOUT, so its transaction rolls back and the attempt counts as failed (retried with
+ * backoff, then a dead letter). Events carry no request headers: consumers run under the
+ * engine's default tenant.
+ */
+export function bindConsumer(
+  source: string,
+  type: string,
+  consumer: ConsumerModule,
+  deps: ConsumeDeps,
+): ConsumerBinding {
+  const { once, schema, flows } = deps;
+  const ms = timeoutMs(consumer.timeout, deps.config.timeout);
+  const what = `consumer ${source}/${type}`;
+  return {
+    ordering: consumer.ordering,
+    handle: async (event, tx) => {
+      if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
+      await once.run(
+        { action: `consume:${source}/${type}`, key: event.id, input: event.data, tx: tx.handle, ttl: '7d' },
+        (ctx) =>
+          withinTimeout(tx, ms, what, async (guarded) => {
+            await consumer.handle(
+              event,
+              hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, flows),
+            );
+            return null;
+          }),
+      );
+    },
+  };
+}
