@@ -1,6 +1,7 @@
 import { OncelyError } from '../core/errors.js';
 import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
+import type { RunContext } from '../engine/context.js';
 import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
 import { IdempotencyGate } from '../http/gate.js';
@@ -142,7 +143,7 @@ export class Invoker {
   ): Promise<HttpResponse> {
     const { db, schema, flows } = this.deps;
     const what = `handler ${id}`;
-    const run = (tx: Sql, context: Parameters<typeof hostContext>[2]) =>
+    const run = (tx: Sql, context: RunContext | undefined) =>
       withinTimeout(tx, handler.timeoutMs, what, async (guarded) =>
         dataEnvelope(
           await handler.module.handle(
