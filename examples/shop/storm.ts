@@ -54,15 +54,21 @@ async function post(url: string, path: string, body: string, headers: Record<str
     body,
     headers: { 'content-type': 'application/json', ...headers },
   });
-  return { status: res.status, body: await res.text() };
+  return { status: res.status, body: await res.text(), retryAfter: res.headers.get('retry-after') };
 }
 
-/** One delivery, retried on another host when the connection dies (the sender's own retry). */
+/**
+ * One delivery as a well-behaved sender makes it: retried on another host when the connection
+ * dies, and again after `Retry-After` when the key is running elsewhere (409 IN_PROGRESS).
+ */
 async function deliver(hosts: () => HostProcess[], pick: number, send: (host: HostProcess) => ReturnType<typeof post>) {
   for (let attempt = 0; ; attempt++) {
     const live = hosts();
     try {
-      return await send(live[(pick + attempt) % live.length] as HostProcess);
+      const reply = await send(live[(pick + attempt) % live.length] as HostProcess);
+      if (reply.status !== 409 || reply.retryAfter === null || attempt >= 50) return reply;
+      // Retry-After is in seconds; a storm waits a fraction of it so the run stays short.
+      await new Promise((r) => setTimeout(r, 50));
     } catch (error) {
       if (attempt >= 20) throw error;
       await new Promise((r) => setTimeout(r, 100));
@@ -105,7 +111,8 @@ export async function storm(
       const bodies = new Set(replies.map((r) => r.body));
       if (bodies.size !== 1 || replies.some((r) => r.status !== 200))
         problems.push(`orders.create ${i} answered differently: ${[...bodies]}`);
-      ids[i] = (JSON.parse(replies[0]?.body ?? '{}') as { data: { orderId: string } }).data.orderId;
+      const created = JSON.parse(replies[0]?.body ?? '{}') as { data?: { orderId?: string } };
+      ids[i] = created.data?.orderId ?? `missing-${i}`;
     }),
   );
 
