@@ -191,6 +191,9 @@ export class Invoker {
       const code = isPublic && typeof e.code === 'string' ? e.code : 'HANDLER_FAILED';
       const message =
         isPublic && typeof e.message === 'string' ? e.message : `handler ${id} failed; the server log has the error`;
+      // A database lost mid-request (a terminated connection, a failover) rolled everything back:
+      // 503 with Retry-After, as the gate answers a store outage, so the client retries the key.
+      if (error instanceof OncelyError && error.code === 'STORE_UNAVAILABLE') return asEnvelope(problemFor(error));
       const answer = failure(status, code, message);
       if (code === 'HANDLER_TIMEOUT') answer.headers['retry-after'] = '1';
       return answer;
