@@ -1,5 +1,7 @@
 export { type Duration, type Ttl, toMs } from './core/duration.js';
 export {
+  type AnyErrorCode,
+  ERRORS,
   type ErrorCode,
   InProgressError,
   InvalidArgumentError,
@@ -10,6 +12,7 @@ export {
   OncelyError,
   OutcomeNotStoredError,
   OutcomeUnknownError,
+  ReplayedError,
   StoreUnavailableError,
 } from './core/errors.js';
 export { canonicalJson, fingerprint } from './core/fingerprint.js';

@@ -1,3 +1,5 @@
+import type { AnyErrorCode } from '../core/errors.js';
+
 /**
  * What a model learns from a call. `already_sent` means the effect happened on an earlier call:
  * the model must not "repair" it by sending again.
@@ -21,8 +23,11 @@ export interface ToolEnvelope<O = unknown> {
   nextAction: NextAction;
   /** Set while an approval is pending, and on its outcome. */
   approvalId?: string;
-  /** Why a call did not succeed: a stable code and a sentence a model can act on. */
-  error?: { code: string; message: string };
+  /**
+   * Why a call did not succeed: a stable code (the catalogue's, or the one a tool's own error
+   * carried) and a sentence a model can act on.
+   */
+  error?: { code: AnyErrorCode; message: string };
   /** One line for the model. */
   message: string;
 }

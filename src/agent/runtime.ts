@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { type Duration, toMs } from '../core/duration.js';
-import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { type AnyErrorCode, InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateKey } from '../core/key.js';
@@ -305,7 +305,7 @@ function envelope(
 
 function failed(
   requestId: string,
-  code: string,
+  code: AnyErrorCode,
   message: string,
   ids: { key: string | null; actionId: string | null } = { key: null, actionId: null },
 ): ToolEnvelope {

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { OncelyError } from '../core/errors.js';
 
 /**
  * Every command names its app folder the same way: `--dir <dir>` everywhere, and a `[dir]`
@@ -11,6 +12,6 @@ export function withDir(command: Command): Command {
 /** The app folder of a command: `--dir`, else the `[dir]` argument, else `.`; both at once must agree. */
 export function appDir(argument: string | undefined, options: { dir?: string }): string {
   if (argument !== undefined && options.dir !== undefined && argument !== options.dir)
-    throw new Error(`two app folders given (${argument} and --dir ${options.dir}); give one`);
+    throw new OncelyError('INVALID_ARGUMENT', `two app folders given (${argument} and --dir ${options.dir}); give one`);
   return options.dir ?? argument ?? '.';
 }

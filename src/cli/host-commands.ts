@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { OncelyError } from '../core/errors.js';
 import type { Host } from '../host/host.js';
 import { appDir, withDir } from './dir.js';
 
@@ -17,7 +18,10 @@ async function host(dir: string, options: HostOptions): Promise<Host> {
   await registerAppLoader();
   const poolSize = options.poolSize === undefined ? undefined : Number(options.poolSize);
   if (poolSize !== undefined && (!Number.isSafeInteger(poolSize) || poolSize < 1))
-    throw new Error(`--pool-size ${options.poolSize} is not a positive whole number of connections`);
+    throw new OncelyError(
+      'INVALID_ARGUMENT',
+      `--pool-size ${options.poolSize} is not a positive whole number of connections`,
+    );
   return openHost(dir, options.db, { poolSize });
 }
 
@@ -47,7 +51,7 @@ export function addHostCommands(program: Command): void {
       const dir = appDir(arg, options);
       const port = Number(options.port);
       if (!Number.isInteger(port) || port < 0 || port > 65_535)
-        throw new Error(`--port ${options.port} is not a port number (0 to 65535)`);
+        throw new OncelyError('INVALID_ARGUMENT', `--port ${options.port} is not a port number (0 to 65535)`);
       const app = await host(dir, options);
       let listening: number;
       try {
@@ -111,10 +115,11 @@ export function addHostCommands(program: Command): void {
     .option('--all', 'replay every dead letter')
     .option(...dbOption)
     .action(async (ids: string[], options: HostOptions & { all?: boolean }) => {
-      if (!options.all && ids.length === 0) throw new Error('name dead letters as <source>/<eventId>, or pass --all');
+      if (!options.all && ids.length === 0)
+        throw new OncelyError('INVALID_ARGUMENT', 'name dead letters as <source>/<eventId>, or pass --all');
       const targets = ids.map((id) => {
         const slash = id.indexOf('/');
-        if (slash <= 0) throw new Error(`${id} is not <source>/<eventId>`);
+        if (slash <= 0) throw new OncelyError('INVALID_ARGUMENT', `${id} is not <source>/<eventId>`);
         return { source: id.slice(0, slash), id: id.slice(slash + 1) };
       });
       const app = await host(appDir(undefined, options), options);
@@ -131,7 +136,7 @@ export function addFlowCommands(program: Command): void {
     const app = await host(dir, options);
     if (!app.flows) {
       await app.stop();
-      throw new Error(`${dir} has no flows/ folder`);
+      throw new OncelyError('FLOWS_UNAVAILABLE', `${dir} has no flows/ folder`);
     }
     return { app, flows: app.flows };
   };

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { OncelyError } from '../core/errors.js';
 
 // templates/ sits beside dist/ and src/ in the package, two levels above this file in either.
 const TEMPLATE = fileURLToPath(new URL('../../templates/app/', import.meta.url));
@@ -23,7 +24,8 @@ export function initApp(dir: string): string[] {
   });
   const existing = files.filter((f) => existsSync(f.to)).map((f) => relative(process.cwd(), f.to));
   if (existing.length > 0)
-    throw new Error(
+    throw new OncelyError(
+      'INVALID_ARGUMENT',
       `${existing.join(', ')} already exist${existing.length === 1 ? 's' : ''}; oncely init overwrites nothing (pick an empty folder)`,
     );
   // A secret of this app alone: a template's shared secret would be known to everyone who read it.

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { OncelyError } from '../core/errors.js';
 import { loadApp } from '../host/app.js';
 import { shellQuote, signedHeaders } from '../host/routes.js';
 import { registerAppLoader } from './app-loader.js';
@@ -16,14 +17,17 @@ export async function signCommand(
   try {
     JSON.parse(body);
   } catch {
-    throw new Error(`the body ${body} is not JSON`);
+    throw new OncelyError('INVALID_ARGUMENT', `the body ${body} is not JSON`);
   }
   await registerAppLoader();
   const app = await loadApp(dir);
   const sources = app.config.sources ?? {};
   const source = Object.hasOwn(sources, name) ? sources[name] : undefined;
   if (!source)
-    throw new Error(`${dir} has no webhook source ${name} (sources: ${Object.keys(sources).join(', ') || 'none'})`);
+    throw new OncelyError(
+      'SOURCE_UNKNOWN',
+      `${dir} has no webhook source ${name} (sources: ${Object.keys(sources).join(', ') || 'none'})`,
+    );
   const id = options.id ?? `evt_${randomUUID()}`;
   const headers = Object.entries(signedHeaders(source, id, body)).map(([h, v]) => `-H ${shellQuote(`${h}: ${v}`)}`);
   return [

@@ -1,38 +1,140 @@
 import type { PublicRecord } from './record.js';
 
-/** Stable machine-readable codes carried by every error oncely throws. */
-export type ErrorCode =
-  | 'KEY_INVALID'
-  | 'KEY_REQUIRED'
-  | 'KEY_REUSED'
-  | 'IN_PROGRESS'
-  | 'LEASE_LOST'
-  | 'OUTCOME_UNKNOWN'
-  | 'STORE_UNAVAILABLE'
-  | 'INVALID_ARGUMENT'
-  | 'INPUT_NOT_SERIALIZABLE'
-  | 'RESULT_TOO_LARGE'
-  | 'RESULT_NOT_SERIALIZABLE'
-  | 'OUTCOME_NOT_STORED'
-  | 'TENANT_INVALID'
-  | 'VALUE_INVALID'
-  | 'LIST_TOO_LONG'
-  | 'REQUEST_TOO_LARGE'
-  | 'RESPONSE_NOT_STORED'
-  | 'HANDLER_TIMEOUT'
-  | 'CONFIG_INVALID'
-  | 'SCHEMA_INVALID'
-  | 'LISTEN_FAILED'
-  | 'SOURCE_UNKNOWN'
-  | 'SIGNATURE_INVALID'
-  | 'TIMESTAMP_OUT_OF_TOLERANCE'
-  | 'BODY_INVALID'
-  | 'EVENT_ID_MISSING'
-  | 'EVENT_ID_INVALID'
-  | 'EVENT_TYPE_MISSING'
-  | 'NOT_FOUND'
-  | 'NOT_RESOLVABLE'
-  | 'CLOSED';
+/**
+ * Every code oncely throws or answers, with the HTTP status it is answered with and what it means.
+ * The README's error tables are checked against this list (test/core/errors-catalogue.test.ts).
+ * `status` is what oncely answers when it answers the code itself (the HTTP middleware, the host's
+ * routes). Codes that never reach a client of their own (start-up, CLI, in-process API) carry the
+ * status an HTTP layer gives them, 500 unless a 4xx says more; an OncelyError a handler throws is
+ * answered with its own `status`, else 500.
+ */
+export const ERRORS = {
+  // The engine
+  KEY_REQUIRED: { status: 400, meaning: 'no key where one is needed' },
+  KEY_INVALID: { status: 400, meaning: 'empty part, over 255 characters, control characters' },
+  KEY_REUSED: { status: 422, meaning: 'same key, different input; `error.record` is the existing record' },
+  IN_PROGRESS: { status: 409, meaning: 'another caller holds the key; `error.retryAfterMs`' },
+  LEASE_LOST: { status: 500, meaning: "this caller's claim was taken over; its outcome was not stored" },
+  OUTCOME_UNKNOWN: { status: 409, meaning: "the holder vanished under `'hold'`; resolve it" },
+  STORE_UNAVAILABLE: { status: 503, meaning: 'the store failed; nothing ran' },
+  OUTCOME_NOT_STORED: {
+    status: 500,
+    meaning:
+      'the function ran, but its outcome could not be stored within `completionRetry`; `error.value` is its result',
+  },
+  RESULT_TOO_LARGE: {
+    status: 409,
+    meaning: 'the result exceeded `maxResultBytes` (stored as a failure; over HTTP, 409 `RESPONSE_NOT_STORED`)',
+  },
+  RESULT_NOT_SERIALIZABLE: { status: 500, meaning: 'the result has a bigint or a cycle (stored as a failure)' },
+  INPUT_NOT_SERIALIZABLE: {
+    status: 500,
+    meaning: 'the input has a bigint, a cycle, a `Map`, a `Set`, a class instance, `Infinity` or `NaN`',
+  },
+  INVALID_ARGUMENT: { status: 400, meaning: 'a bad option, action, tenant, `tx` or command-line argument' },
+  NOT_FOUND: {
+    status: 404,
+    meaning: '`resolve` on a missing record; a flow that does not exist',
+  },
+  NOT_RESOLVABLE: {
+    status: 409,
+    meaning: '`resolve` on a record that is not unknown or stalled, or that changed meanwhile',
+  },
+  CLOSED: { status: 500, meaning: 'the instance or store was closed' },
+  ACTION_FAILED: { status: 500, meaning: 'a stored failure whose error had no code of its own, replayed' },
+  // HTTP middleware
+  RESPONSE_NOT_STORED: {
+    status: 409,
+    meaning: 'the key was executed, but its response was streamed or too large to keep; it will not run again',
+  },
+  REQUEST_TOO_LARGE: { status: 413, meaning: 'the request body is over `maxBodyBytes` (never stored)' },
+  BODY_INVALID: { status: 400, meaning: 'the request body is not JSON, or not the JSON object a webhook must be' },
+  // The host
+  HANDLER_UNKNOWN: { status: 404, meaning: 'no handler of that name' },
+  TENANT_INVALID: {
+    status: 400,
+    meaning: 'the tenant is empty, over 128 characters, or has control or invisible characters',
+  },
+  INPUT_INVALID: { status: 400, meaning: "the input fails the handler's or tool's declared schema" },
+  HANDLER_TIMEOUT: {
+    status: 503,
+    meaning: 'the handler or consumer ran past its timeout; its transaction rolled back',
+  },
+  HANDLER_FAILED: { status: 500, meaning: 'the handler threw an error not meant for the client; the log has it' },
+  NOT_MIGRATED: { status: 500, meaning: 'the host was used before its tables and schema were migrated' },
+  CONFIG_INVALID: { status: 500, meaning: 'the app folder, config, a module or a webhook source cannot be used' },
+  SCHEMA_INVALID: {
+    status: 500,
+    meaning: "the app's `schema.sql` failed, or declares a column that cannot hold times",
+  },
+  LISTEN_FAILED: { status: 500, meaning: 'the host cannot listen on its port (in use, or not allowed)' },
+  DRAIN_TIMEOUT: { status: 500, meaning: 'events were still pending or processing when the drain timed out' },
+  FLOWS_UNAVAILABLE: { status: 500, meaning: 'the app has no `flows/` folder' },
+  // Webhooks
+  SOURCE_UNKNOWN: { status: 404, meaning: 'no webhook source of that name' },
+  SIGNATURE_INVALID: { status: 401, meaning: 'the signature is missing or matches no configured secret' },
+  TIMESTAMP_OUT_OF_TOLERANCE: {
+    status: 401,
+    meaning: 'the signed timestamp is further from now than `toleranceSeconds`',
+  },
+  EVENT_ID_MISSING: { status: 400, meaning: 'the event carries no id' },
+  EVENT_ID_INVALID: { status: 400, meaning: 'the event id is not a usable key' },
+  EVENT_TYPE_MISSING: { status: 400, meaning: 'the event carries no type' },
+  // The data store (`ctx.store` answers these as `{ ok: false, error }`)
+  TABLE_UNKNOWN: { status: 500, meaning: 'no table of that name in the app schema' },
+  COLUMN_UNKNOWN: { status: 500, meaning: 'the table has no column of that name' },
+  VALUE_INVALID: { status: 400, meaning: 'a value the column cannot hold (type, range, an object in a scalar column)' },
+  WHERE_INVALID: { status: 500, meaning: 'a condition that is not a value or an `op` the column takes' },
+  WHERE_REQUIRED: { status: 500, meaning: '`update` without a condition' },
+  LIST_TOO_LONG: { status: 400, meaning: '`op.in` with over 1,000 values' },
+  FIELD_RESERVED: {
+    status: 500,
+    meaning: 'a write to a column the host keeps (`createdAt`, `updatedAt`, the version) or the database generates',
+  },
+  UNIQUE_REQUIRED: { status: 500, meaning: '`uniqueBy` or the key fields are not the primary key or a unique index' },
+  VERSION_COLUMN_REQUIRED: { status: 500, meaning: '`applyVersion` on a table without a `version` column' },
+  CONSTRAINT_VIOLATION: {
+    status: 409,
+    meaning: 'the database refused the write (a unique, foreign key or check constraint)',
+  },
+  // Flows
+  FLOW_INPUT_MISMATCH: { status: 422, meaning: 'a flow id started again with another input' },
+  FLOW_FAILED: { status: 500, meaning: 'a flow whose result was awaited failed' },
+  STEP_FAILED: { status: 500, meaning: 'a step failed for good (its retries exhausted, or `final`)' },
+  STEP_ERROR: { status: 500, meaning: "a step's error that had no code of its own, as stored" },
+  TIMEOUT: { status: 504, meaning: 'a flow did not finish within the time its result was awaited' },
+  // Agent tools
+  TOOL_UNKNOWN: { status: 404, meaning: 'no tool of that name' },
+  TOOL_FAILED: { status: 500, meaning: 'the tool threw an error that had no code of its own' },
+  BUDGET_EXCEEDED: { status: 402, meaning: 'the account has fewer credits left than the call reserves' },
+  APPROVAL_UNKNOWN: { status: 404, meaning: 'no approval of that id' },
+  APPROVAL_CONTENT_CHANGED: {
+    status: 409,
+    meaning: 'the intent awaits approval of other content; only the approved content can be sent',
+  },
+  APPROVAL_EXPIRED: { status: 410, meaning: 'the approval expired before it was decided' },
+  APPROVER_REQUIRED: { status: 500, meaning: 'approved in the AI SDK, but no approver is configured to record who' },
+  REJECTED: { status: 403, meaning: 'the approval was rejected; do not send' },
+} as const satisfies Record<string, { status: number; meaning: string }>;
+
+/** Stable machine-readable codes carried by every error oncely throws: the keys of {@link ERRORS}. */
+export type ErrorCode = keyof typeof ERRORS;
+
+/**
+ * A code as it arrives from outside the catalogue: a stored failure replayed with its original
+ * code, or a code a tool's or handler's error carried. Still completes (and switches) on ErrorCode.
+ */
+export type AnyErrorCode = ErrorCode | (string & {});
+
+/** True when `code` is one of the catalogue's (own keys only: `toString` is not a code). */
+export function isErrorCode(code: unknown): code is ErrorCode {
+  return typeof code === 'string' && Object.hasOwn(ERRORS, code);
+}
+
+/** The HTTP status of a catalogue code; 500 for any other (a replayed user code). */
+export function statusOf(code: AnyErrorCode): number {
+  return isErrorCode(code) ? ERRORS[code].status : 500;
+}
 
 /** Options shared by every oncely error. */
 export interface OncelyErrorOptions {
@@ -48,8 +150,11 @@ export interface OncelyErrorOptions {
  * try { await once.run(req, fn) } catch (e) { if (e instanceof OncelyError && e.code === 'IN_PROGRESS') retryLater(e.retryAfterMs) }
  */
 export class OncelyError extends Error {
-  /** Stable code: switch on this, never on the message. */
-  readonly code: string;
+  /**
+   * Stable code: switch on this, never on the message. One of the catalogue's, except on a
+   * {@link ReplayedError}, which carries the original error's code.
+   */
+  readonly code: AnyErrorCode;
   /** The existing record, when the error is about one (KEY_REUSED, OUTCOME_UNKNOWN, replays). */
   readonly record: PublicRecord | undefined;
   /** True when this error is a stored failure replayed to a duplicate. */
@@ -57,13 +162,29 @@ export class OncelyError extends Error {
   /** For IN_PROGRESS: how long to wait before trying again, in ms. */
   readonly retryAfterMs: number | undefined;
 
-  constructor(code: ErrorCode | string, message: string, options: OncelyErrorOptions = {}) {
+  constructor(code: ErrorCode, message: string, options: OncelyErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'OncelyError';
     this.code = code;
     this.record = options.record;
     this.replayed = options.replayed ?? false;
     this.retryAfterMs = options.retryAfterMs;
+  }
+}
+
+/**
+ * A stored failure replayed to a duplicate (`replayed: true`): the original error's name, message
+ * and code, which is the user's own code as often as one of the catalogue's.
+ * @example if (e instanceof ReplayedError && e.code === 'CARD_DECLINED') showDeclined()
+ */
+export class ReplayedError extends OncelyError {
+  override readonly code: AnyErrorCode;
+
+  constructor(stored: { name: string; message: string; code: string }, record: PublicRecord) {
+    // ACTION_FAILED only until the stored code replaces it: the base constructor takes catalogue codes.
+    super('ACTION_FAILED', stored.message, { record, replayed: true });
+    this.code = stored.code;
+    this.name = stored.name;
   }
 }
 

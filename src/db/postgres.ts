@@ -57,11 +57,11 @@ const surfaced = (error: unknown): unknown => (connectionLost(error) ? unavailab
 export async function openPostgres(target: string, options: PostgresOptions = {}): Promise<Db & StatementCache> {
   const { poolSize = 10 } = options;
   if (!Number.isSafeInteger(poolSize) || poolSize < 1)
-    throw new Error(`poolSize must be a positive integer, got ${poolSize}`);
+    throw new OncelyError('INVALID_ARGUMENT', `poolSize must be a positive integer, got ${poolSize}`);
   const url = new URL(target);
   const schema = url.searchParams.get('schema') ?? 'public';
   if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema))
-    throw new Error(`schema must be a plain lower-case identifier, got ${schema}`);
+    throw new OncelyError('INVALID_ARGUMENT', `schema must be a plain lower-case identifier, got ${schema}`);
   url.searchParams.delete('schema');
   const pg = await import('pg');
   // Every connection sees the app's schema first, so unqualified names resolve there.

@@ -1,4 +1,4 @@
-import { OncelyError } from '../core/errors.js';
+import { OncelyError, ReplayedError } from '../core/errors.js';
 import type { PublicRecord } from '../core/record.js';
 
 /** What a stored failure keeps of the original error, so replays can rebuild it. */
@@ -46,10 +46,7 @@ export function decodeValue<T>(text: string | null): T {
 }
 
 /** The error a replay of a stored failure throws: original name, message and code, `replayed: true`. */
-export function decodeError(text: string | null, record: PublicRecord): OncelyError {
+export function decodeError(text: string | null, record: PublicRecord): ReplayedError {
   const outcome = JSON.parse(text ?? '{}') as { e?: StoredError };
-  const stored = outcome.e ?? { name: 'Error', message: 'stored failure', code: 'ACTION_FAILED' };
-  const error = new OncelyError(stored.code, stored.message, { record, replayed: true });
-  error.name = stored.name;
-  return error;
+  return new ReplayedError(outcome.e ?? { name: 'Error', message: 'stored failure', code: 'ACTION_FAILED' }, record);
 }

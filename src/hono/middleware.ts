@@ -1,5 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
+import { ERRORS } from '../core/errors.js';
 import { IdempotencyGate, type IdempotencyOptions } from '../http/gate.js';
 import { problem } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
@@ -33,7 +34,9 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
         body = JSON.parse(text);
       } catch {
         // A body the handler could not read either: rejected before it runs, never stored.
-        return toResponse(problem(400, 'BODY_INVALID', 'Request body is not valid JSON', 'Send a JSON body.'));
+        return toResponse(
+          problem(ERRORS.BODY_INVALID.status, 'BODY_INVALID', 'Request body is not valid JSON', 'Send a JSON body.'),
+        );
       }
     }
     const start = await gate.begin(c, {

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, extname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Duration, Ttl } from '../core/duration.js';
+import { OncelyError } from '../core/errors.js';
 import type { AnyFlow } from '../flows/define.js';
 import type { HostConfig } from './config.js';
 import type { HostContext } from './context.js';
@@ -59,20 +60,22 @@ const NAME = /^[a-z0-9][a-z0-9._-]*$/i;
 /** Loads `schema.sql`, `oncely.config.ts`, `handlers/*\/*` and `consumers/*\/*` of an app folder. */
 export async function loadApp(folder: string): Promise<App> {
   const dir = resolve(folder);
-  if (!existsSync(dir)) throw new Error(`app folder ${dir} does not exist`);
+  if (!existsSync(dir)) throw new OncelyError('CONFIG_INVALID', `app folder ${dir} does not exist`);
   const schemaPath = join(dir, 'schema.sql');
   const configPath = ['oncely.config.ts', 'oncely.config.js'].map((f) => join(dir, f)).find((f) => existsSync(f));
   const config = configPath ? ((await import(pathToFileURL(configPath).href)).default as HostConfig) : {};
   const handlers = new Map<string, HandlerModule>();
   for (const [group, name, file] of modules(join(dir, 'handlers'))) {
     const module = (await import(pathToFileURL(file).href)) as HandlerModule;
-    if (typeof module.handle !== 'function') throw new Error(`${file} must export handle(input, ctx)`);
+    if (typeof module.handle !== 'function')
+      throw new OncelyError('CONFIG_INVALID', `${file} must export handle(input, ctx)`);
     handlers.set(`${group}.${name}`, module);
   }
   const consumers = new Map<string, ConsumerModule>();
   for (const [source, type, file] of modules(join(dir, 'consumers'))) {
     const module = (await import(pathToFileURL(file).href)) as ConsumerModule;
-    if (typeof module.handle !== 'function') throw new Error(`${file} must export handle(event, ctx)`);
+    if (typeof module.handle !== 'function')
+      throw new OncelyError('CONFIG_INVALID', `${file} must export handle(event, ctx)`);
     consumers.set(`${source}/${type}`, module);
   }
   const flows: AnyFlow[] = [];
@@ -81,7 +84,8 @@ export async function loadApp(folder: string): Promise<App> {
     for (const file of readdirSync(flowDir).sort()) {
       if (!CODE.has(extname(file)) || file.endsWith('.d.ts') || file.includes('.test.')) continue;
       const flow = ((await import(pathToFileURL(join(flowDir, file)).href)) as { default?: AnyFlow }).default;
-      if (flow?.kind !== 'oncely-flow') throw new Error(`${join(flowDir, file)} must export default defineFlow(...)`);
+      if (flow?.kind !== 'oncely-flow')
+        throw new OncelyError('CONFIG_INVALID', `${join(flowDir, file)} must export default defineFlow(...)`);
       flows.push(flow);
     }
   return {

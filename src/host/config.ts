@@ -1,4 +1,5 @@
 import type { Duration } from '../core/duration.js';
+import { OncelyError } from '../core/errors.js';
 import type { HostLog } from './context.js';
 import type { SourceConfig } from './webhooks.js';
 
@@ -43,6 +44,7 @@ export function defineConfig(config: HostConfig): HostConfig {
 /** Reads a secret from the environment; a missing one fails at start, not at the first webhook. */
 export function env(name: string, fallback?: string): string {
   const value = process.env[name] ?? fallback;
-  if (value === undefined || value === '') throw new Error(`environment variable ${name} is not set`);
+  if (value === undefined || value === '')
+    throw new OncelyError('CONFIG_INVALID', `environment variable ${name} is not set`);
   return value;
 }

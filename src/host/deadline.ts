@@ -1,5 +1,5 @@
 import { type Duration, toMs } from '../core/duration.js';
-import { OncelyError } from '../core/errors.js';
+import { ERRORS, OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 
 /**
@@ -21,7 +21,7 @@ export function timeoutMs(own: Duration | undefined, configured: Duration | unde
 /** The error of a handler or consumer that ran past its timeout; its transaction rolls back. */
 export function timeoutError(what: string, ms: number): OncelyError {
   return Object.assign(new OncelyError('HANDLER_TIMEOUT', `${what} ran longer than its timeout of ${ms} ms`), {
-    status: 503,
+    status: ERRORS.HANDLER_TIMEOUT.status,
   });
 }
 

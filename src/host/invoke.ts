@@ -1,4 +1,4 @@
-import { OncelyError } from '../core/errors.js';
+import { type AnyErrorCode, ERRORS, type ErrorCode, OncelyError } from '../core/errors.js';
 import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
@@ -19,7 +19,7 @@ import type { AppSchema } from './schema.js';
 /** The reply of `POST /v1/invoke/:handler`: `{ code: 0, data }` or `{ code, error: { code, message } }`. */
 export function envelope(
   status: number,
-  body: { data: unknown } | { error: { code: string; message: string } },
+  body: { data: unknown } | { error: { code: AnyErrorCode; message: string } },
 ): HttpResponse {
   const text = JSON.stringify(
     'data' in body ? { code: 0, data: body.data ?? null } : { code: status, error: body.error },
@@ -83,27 +83,26 @@ export class Invoker {
   /** Answers `POST /v1/invoke/:handler` for `request`. */
   async invoke(id: string, request: Request): Promise<HttpResponse> {
     const handler = this.handlers.get(id);
-    if (!handler) return failure(404, 'HANDLER_UNKNOWN', `no handler ${id}`);
+    if (!handler) return refuse('HANDLER_UNKNOWN', `no handler ${id}`);
     const tenant = this.tenantOf(request);
     if (tenant === undefined)
-      return failure(
-        400,
+      return refuse(
         'TENANT_INVALID',
         `the tenant of this request must be 1 to ${MAX_NAME_LENGTH} printable characters`,
       );
     const read = await readBodyCapped(request, this.maxBodyBytes);
-    if (!read.ok) return failure(413, 'REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`);
+    if (!read.ok) return refuse('REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`);
     const text = read.body.toString('utf8');
     let input: unknown = {};
     try {
       if (text !== '') input = JSON.parse(text);
     } catch {
-      return failure(400, 'BODY_INVALID', 'the body must be JSON');
+      return refuse('BODY_INVALID', 'the body must be JSON');
     }
     const { module } = handler;
     if (module.input) {
       const checked = await module.input['~standard'].validate(input);
-      if (checked.issues) return failure(400, 'INPUT_INVALID', checked.issues.map((i) => i.message).join('; '));
+      if (checked.issues) return refuse('INPUT_INVALID', checked.issues.map((i) => i.message).join('; '));
       input = checked.value;
     }
     let key: string | undefined;
@@ -245,13 +244,18 @@ function dataEnvelope(data: unknown): HttpResponse {
       new OncelyError('RESULT_NOT_SERIALIZABLE', `the handler's result is not JSON: ${(error as Error).message}`, {
         cause: error,
       }),
-      { status: 500 },
+      { status: ERRORS.RESULT_NOT_SERIALIZABLE.status },
     );
   }
 }
 
-function failure(status: number, code: string, message: string): HttpResponse {
+function failure(status: number, code: AnyErrorCode, message: string): HttpResponse {
   return envelope(status, { error: { code, message } });
+}
+
+/** A refusal before the handler runs, answered with its code's status in the catalogue. */
+function refuse(code: ErrorCode, message: string): HttpResponse {
+  return failure(ERRORS[code].status, code, message);
 }
 
 function inProgress(): HttpResponse {

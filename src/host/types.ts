@@ -1,8 +1,9 @@
+import type { ErrorCode } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 import type { Operator } from './operators.js';
 
 /** Answer of every store primitive: never thrown for expected outcomes. */
-export type Result<T> = { ok: true; data: T } | { ok: false; error: { code: string; message: string } };
+export type Result<T> = { ok: true; data: T } | { ok: false; error: { code: ErrorCode; message: string } };
 
 /**
  * A column's condition in a `where`: an operator built by `op` (`op.ne(x)`, `op.in([...])`), or a

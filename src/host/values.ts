@@ -1,14 +1,17 @@
+import { type ErrorCode, OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 import { Operator } from './operators.js';
 import type { ColumnSchema, TableSchema } from './schema.js';
 
-/** An expected refusal of a store call: becomes `{ ok: false, error }`, never reaches the caller as a throw. */
-export class Refusal extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
+/**
+ * An expected refusal of a store call: becomes `{ ok: false, error }`, never reaches the caller as
+ * a throw. Its own class, so that other OncelyErrors a call meets (a lost database, a timeout) still throw.
+ */
+export class Refusal extends OncelyError {
+  declare readonly code: ErrorCode;
+
+  constructor(code: ErrorCode, message: string) {
+    super(code, message);
     this.name = 'Refusal';
   }
 }

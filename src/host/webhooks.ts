@@ -1,5 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { type ErrorCode, OncelyError } from '../core/errors.js';
+import { ERRORS, type ErrorCode, OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 
 /**
@@ -86,7 +86,17 @@ const SOURCE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/i;
 
 type Refusal = Extract<ReadResult, { ok: false }>;
 
-const refuse = (status: 400 | 401, code: ErrorCode, message: string): Refusal => ({ ok: false, status, code, message });
+/** Codes a webhook read refuses with: 400 (not readable) and 401 (not authentic) in the catalogue. */
+type ReadRefusalCode = {
+  [C in ErrorCode]: (typeof ERRORS)[C]['status'] extends 400 | 401 ? C : never;
+}[ErrorCode];
+
+const refuse = (code: ReadRefusalCode, message: string): Refusal => ({
+  ok: false,
+  status: ERRORS[code].status,
+  code,
+  message,
+});
 
 /**
  * Checks every webhook source of an app before it serves: names are plain tokens and not reserved,
@@ -209,7 +219,7 @@ export function readWebhook(
       if (source.unsigned !== true) {
         const name = (source.hmacHeader ?? 'X-Hub-Signature-256').toLowerCase();
         if (!verifyBodyHmac(secrets(source.secret), header[name], rawBody))
-          return refuse(401, 'SIGNATURE_INVALID', `header ${name} is missing or does not match the body`);
+          return refuse('SIGNATURE_INVALID', `header ${name} is missing or does not match the body`);
       }
       const { typeHeader, typeField } = source;
       const idHeader = source.idHeader;
@@ -219,7 +229,7 @@ export function readWebhook(
         (body) => {
           if (typeHeader === undefined) return typeFrom(body, typeField ?? 'type');
           const type = header[typeHeader.toLowerCase()];
-          return type ? type : refuse(400, 'EVENT_TYPE_MISSING', `header ${typeHeader} is missing`);
+          return type ? type : refuse('EVENT_TYPE_MISSING', `header ${typeHeader} is missing`);
         },
       );
     }
@@ -228,11 +238,7 @@ export function readWebhook(
         const refused = verifyStripe(source, header['stripe-signature'], rawBody, now);
         if (refused) return refused;
       } else if (source.unsigned !== true)
-        return refuse(
-          401,
-          'SIGNATURE_INVALID',
-          "the source has no verification: set verify: 'stripe' or unsigned: true",
-        );
+        return refuse('SIGNATURE_INVALID', "the source has no verification: set verify: 'stripe' or unsigned: true");
       return readEvent(
         rawBody,
         (body) => ({ id: body[source.idField], from: `body field "${source.idField}"` }),
@@ -283,9 +289,9 @@ function verifyStandardWebhook(
   const timestamp = header['webhook-timestamp'];
   const signature = header['webhook-signature'];
   if (!id || !timestamp || !signature)
-    return refuse(401, 'SIGNATURE_INVALID', 'headers webhook-id, webhook-timestamp and webhook-signature are required');
+    return refuse('SIGNATURE_INVALID', 'headers webhook-id, webhook-timestamp and webhook-signature are required');
   if (!/^\d{1,15}$/.test(timestamp))
-    return refuse(401, 'SIGNATURE_INVALID', 'webhook-timestamp must be whole seconds since the epoch');
+    return refuse('SIGNATURE_INVALID', 'webhook-timestamp must be whole seconds since the epoch');
   const late = lateness(source.toleranceSeconds, timestamp, now, 'webhook-timestamp');
   if (late) return late;
   const given = signature
@@ -297,7 +303,7 @@ function verifyStandardWebhook(
     const expected = standardHmac(secretKey(secret), id, timestamp, rawBody);
     if (given.some((g) => g.length === expected.length && timingSafeEqual(g, expected))) return undefined;
   }
-  return refuse(401, 'SIGNATURE_INVALID', 'no v1 signature in webhook-signature matches a configured secret');
+  return refuse('SIGNATURE_INVALID', 'no v1 signature in webhook-signature matches a configured secret');
 }
 
 function verifyStripe(
@@ -306,7 +312,7 @@ function verifyStripe(
   rawBody: Buffer,
   now: number,
 ): Refusal | undefined {
-  if (!signature) return refuse(401, 'SIGNATURE_INVALID', 'header Stripe-Signature is required');
+  if (!signature) return refuse('SIGNATURE_INVALID', 'header Stripe-Signature is required');
   const stamps: string[] = [];
   const given: Buffer[] = [];
   for (const item of signature.split(',')) {
@@ -319,14 +325,14 @@ function verifyStripe(
   }
   const [timestamp] = stamps;
   if (stamps.length !== 1 || timestamp === undefined || !/^\d{1,15}$/.test(timestamp))
-    return refuse(401, 'SIGNATURE_INVALID', 'Stripe-Signature must carry one t=<seconds since the epoch>');
+    return refuse('SIGNATURE_INVALID', 'Stripe-Signature must carry one t=<seconds since the epoch>');
   const late = lateness(source.toleranceSeconds, timestamp, now, 'Stripe-Signature t');
   if (late) return late;
   for (const secret of secrets(source.secret)) {
     const expected = stripeHmac(secret, timestamp, rawBody);
     if (given.some((g) => timingSafeEqual(g, expected))) return undefined;
   }
-  return refuse(401, 'SIGNATURE_INVALID', 'no v1 signature in Stripe-Signature matches a configured secret');
+  return refuse('SIGNATURE_INVALID', 'no v1 signature in Stripe-Signature matches a configured secret');
 }
 
 /** A refusal when `timestamp` (seconds) is further from now than the tolerance, either way. */
@@ -335,7 +341,7 @@ function lateness(toleranceSeconds: number | undefined, timestamp: string, now: 
   // Both ways: an old timestamp is a replay, a future one would stay "fresh" for too long. Written
   // as "not within" so that a NaN tolerance refuses everything instead of disabling the window.
   if (!(Math.abs(now / 1000 - Number(timestamp)) <= tolerance))
-    return refuse(401, 'TIMESTAMP_OUT_OF_TOLERANCE', `${what} is more than ${tolerance}s from now`);
+    return refuse('TIMESTAMP_OUT_OF_TOLERANCE', `${what} is more than ${tolerance}s from now`);
   return undefined;
 }
 
@@ -389,7 +395,7 @@ function typeFrom(body: Record<string, unknown>, field: string): string | Refusa
   const type = body[field];
   return typeof type === 'string' && type.length > 0
     ? type
-    : refuse(400, 'BODY_INVALID', `body field "${field}" must be a non-empty string (the event type)`);
+    : refuse('BODY_INVALID', `body field "${field}" must be a non-empty string (the event type)`);
 }
 
 /** Parses the body, then reads the id and the type; `from` names where the id was looked for. */
@@ -402,18 +408,18 @@ function readEvent(
   try {
     body = JSON.parse(rawBody.toString('utf8'));
   } catch {
-    return refuse(400, 'BODY_INVALID', 'body is not JSON');
+    return refuse('BODY_INVALID', 'body is not JSON');
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body))
-    return refuse(400, 'BODY_INVALID', 'body must be a JSON object');
+    return refuse('BODY_INVALID', 'body must be a JSON object');
   const fields = body as Record<string, unknown>;
   const { id, from } = idOf(fields);
-  if (id === undefined || id === null || id === '') return refuse(400, 'EVENT_ID_MISSING', `${from} is missing`);
+  if (id === undefined || id === null || id === '') return refuse('EVENT_ID_MISSING', `${from} is missing`);
   const text = typeof id === 'number' && Number.isSafeInteger(id) ? String(id) : id;
   try {
     validateKey(text);
   } catch (error) {
-    return refuse(400, 'EVENT_ID_INVALID', `${from}: ${(error as Error).message}`);
+    return refuse('EVENT_ID_INVALID', `${from}: ${(error as Error).message}`);
   }
   const type = typeOf(fields);
   if (typeof type !== 'string') return type;

@@ -1,4 +1,4 @@
-import type { OncelyError } from '../core/errors.js';
+import { type AnyErrorCode, ERRORS, type OncelyError, statusOf } from '../core/errors.js';
 import { HEADER } from './header.js';
 import type { HttpResponse } from './response.js';
 
@@ -7,7 +7,7 @@ const TYPE_BASE = 'https://oncely.dev/problems/';
 /** An RFC 9457 problem document as an HTTP response, with oncely's stable `code`. */
 export function problem(
   status: number,
-  code: string,
+  code: AnyErrorCode,
   title: string,
   detail: string,
   headers: Record<string, string> = {},
@@ -20,29 +20,32 @@ export function problem(
   };
 }
 
-/** The response a request gets when the engine refuses it; undefined for errors that are not oncely's to answer. */
+/**
+ * The response a request gets when the engine refuses it, with the catalogue's status for its
+ * code (500 for a code outside it, such as a replayed failure's own).
+ */
 export function problemFor(error: OncelyError): HttpResponse {
   const seconds = (ms: number | undefined) => String(Math.max(1, Math.ceil((ms ?? 1000) / 1000)));
   switch (error.code) {
     case 'KEY_REQUIRED':
       return problem(
-        400,
+        ERRORS.KEY_REQUIRED.status,
         'KEY_REQUIRED',
         `${HEADER} header is required`,
         `Send an ${HEADER} header naming this operation, e.g. ${HEADER}: "order-10086-charge".`,
       );
     case 'KEY_INVALID':
-      return problem(400, 'KEY_INVALID', `${HEADER} header is invalid`, error.message);
+      return problem(ERRORS.KEY_INVALID.status, 'KEY_INVALID', `${HEADER} header is invalid`, error.message);
     case 'KEY_REUSED':
       return problem(
-        422,
+        ERRORS.KEY_REUSED.status,
         'KEY_REUSED',
         `${HEADER} was used with another request`,
         'This key was first used with a different request body or route; use a new key for a new request.',
       );
     case 'IN_PROGRESS':
       return problem(
-        409,
+        ERRORS.IN_PROGRESS.status,
         'IN_PROGRESS',
         'A request with this key is being processed',
         'Retry after the time given in Retry-After to get its response.',
@@ -52,7 +55,7 @@ export function problemFor(error: OncelyError): HttpResponse {
       );
     case 'OUTCOME_UNKNOWN':
       return problem(
-        409,
+        ERRORS.OUTCOME_UNKNOWN.status,
         'OUTCOME_UNKNOWN',
         'The outcome of this request is unknown',
         'A previous attempt stopped mid-way; it will not be run again until it is reconciled.',
@@ -62,19 +65,19 @@ export function problemFor(error: OncelyError): HttpResponse {
     case 'RESULT_TOO_LARGE':
     case 'RESPONSE_NOT_STORED':
       return problem(
-        409,
+        ERRORS.RESPONSE_NOT_STORED.status,
         'RESPONSE_NOT_STORED',
         'The request was already executed',
         'Its response was streamed or too large to keep, so it cannot be replayed; it will not be executed again.',
       );
     case 'REQUEST_TOO_LARGE':
-      return problem(413, 'REQUEST_TOO_LARGE', 'Request body too large', error.message);
+      return problem(ERRORS.REQUEST_TOO_LARGE.status, 'REQUEST_TOO_LARGE', 'Request body too large', error.message);
     case 'INVALID_ARGUMENT':
       // Tenant and action come from the request (an account header, say): a bad one is the client's.
-      return problem(400, 'INVALID_ARGUMENT', 'Invalid request scope', error.message);
+      return problem(ERRORS.INVALID_ARGUMENT.status, 'INVALID_ARGUMENT', 'Invalid request scope', error.message);
     case 'STORE_UNAVAILABLE':
       return problem(
-        503,
+        ERRORS.STORE_UNAVAILABLE.status,
         'STORE_UNAVAILABLE',
         'Idempotency store unavailable',
         'The request was not executed; retry with the same key.',
@@ -83,6 +86,6 @@ export function problemFor(error: OncelyError): HttpResponse {
         },
       );
     default:
-      return problem(500, error.code, 'Idempotency error', error.message);
+      return problem(statusOf(error.code), error.code, 'Idempotency error', error.message);
   }
 }
