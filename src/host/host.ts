@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
-import { OncelyError } from '../core/errors.js';
+import { ERRORS, OncelyError } from '../core/errors.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
 import { createFlows, type Flows } from '../flows/flows.js';
@@ -52,7 +52,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   const once = await createOncely({ store, tenant: 'default' });
   let schema: AppSchema | undefined;
   const currentSchema = () => {
-    if (!schema) throw new Error('the host is not migrated yet');
+    if (!schema) throw new OncelyError('NOT_MIGRATED', 'the host is not migrated yet');
     return schema;
   };
 
@@ -88,13 +88,19 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     const sources = app.config.sources ?? {};
     const source = Object.hasOwn(sources, name) ? sources[name] : undefined;
     if (!source)
-      return send(envelope(404, { error: { code: 'SOURCE_UNKNOWN', message: `no webhook source ${name}` } }));
+      return send(
+        envelope(ERRORS.SOURCE_UNKNOWN.status, {
+          error: { code: 'SOURCE_UNKNOWN', message: `no webhook source ${name}` },
+        }),
+      );
     // Capped before the signature check: an unsigned body costs at most the source's limit.
     const limit = sourceLimits.get(name) ?? DEFAULT_MAX_BODY_BYTES;
     const capped = await readBodyCapped(c.req.raw, limit);
     if (!capped.ok)
       return send(
-        envelope(413, { error: { code: 'REQUEST_TOO_LARGE', message: `request body is over ${limit} bytes` } }),
+        envelope(ERRORS.REQUEST_TOO_LARGE.status, {
+          error: { code: 'REQUEST_TOO_LARGE', message: `request body is over ${limit} bytes` },
+        }),
       );
     const body = capped.body;
     const read = readWebhook(source, Object.fromEntries(c.req.raw.headers), body);
