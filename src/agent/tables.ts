@@ -1,8 +1,8 @@
-import { applyDdl } from '../db/ddl.js';
+import { type Migrations, migrate } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 
-/** Approvals and the credit ledger, on SQLite and PostgreSQL alike. */
-const DDL = [
+/** Approvals and the credit ledger, on SQLite and PostgreSQL alike, as the first version created them. */
+const FIRST_TABLES = [
   `CREATE TABLE IF NOT EXISTS oncely_approvals (
     id TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
@@ -31,7 +31,13 @@ const DDL = [
   )`,
 ];
 
-/** Creates the agent tables if missing; several processes may call it at once. */
+/** The agent's versioned tables. */
+export const agentMigrations: Migrations = {
+  component: 'agent',
+  steps: [{ version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES }],
+};
+
+/** Creates or upgrades the agent tables; several processes may call it at once. */
 export function migrateAgentTables(db: Db): Promise<void> {
-  return applyDdl(db, 7346252, DDL);
+  return migrate(db, agentMigrations);
 }

@@ -1,3 +1,4 @@
+import { backoffDelay, sleep } from '../core/backoff.js';
 import { type Duration, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { Db } from '../db/types.js';
@@ -50,8 +51,6 @@ function errorOf(error: unknown): { name: string; message: string; code: string 
     code: typeof e?.code === 'string' ? e.code : 'STEP_ERROR',
   };
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * The flow's own bookkeeping: when the database fails here, the run stops without deciding anything
@@ -138,8 +137,7 @@ export async function executeFlow(
           });
           throw new StepFailed(stepId, failure);
         }
-        const cap = Math.min(toMs(maxBackoff, 'maxBackoff'), toMs(backoff, 'backoff') * 2 ** (attempt - 1));
-        await sleep(Math.random() * cap);
+        await sleep(backoffDelay(attempt, toMs(backoff, 'backoff'), toMs(maxBackoff, 'maxBackoff')));
         continue;
       }
       const text = JSON.stringify(value ?? null);

@@ -1,12 +1,13 @@
-import { randomUUID } from 'node:crypto';
+import { sleep } from '../core/backoff.js';
 import { type Duration, toMs } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
+import { type Claim, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
 import { type ExecutionOutcome, executeFlow } from './execution.js';
-import { migrateFlowTables } from './tables.js';
+import { FLOW_WORK, justStarted, migrateFlowTables, runnable } from './tables.js';
 
 /** Options of `createFlows`. */
 export interface FlowsOptions {
@@ -64,7 +65,8 @@ function toRecord(row: FlowRow): FlowRecord {
   };
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A claimed flow, as the claim returns it. */
+type ClaimedFlow = Pick<FlowRow, 'workflow_id' | 'name' | 'input'>;
 
 /**
  * Durable flows on a database: started once per business id, run by any worker process, resumed
@@ -75,18 +77,19 @@ export class Flows {
   /** Counts since this process started: compensations that ran and that failed. */
   readonly counters = { completed: 0, failed: 0, compensated: 0, compensationFailed: 0 };
   private readonly byName = new Map<string, AnyFlow>();
-  private readonly owner = randomUUID();
-  private readonly leaseMs: number;
+  private readonly work: WorkQueue<ClaimedFlow>;
   private readonly pollMs: number;
   private readonly concurrency: number;
   private readonly running = new Map<string, Promise<void>>();
+  // The claim each running flow writes under: a newer claim of a flow already running here replaces it.
+  private readonly claims = new Map<string, Claim<ClaimedFlow>>();
   private working = false;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
 
   constructor(private readonly options: FlowsOptions) {
     for (const flow of options.flows) this.byName.set(flow.name, flow);
-    this.leaseMs = toMs(options.lease ?? '30s', 'lease');
+    this.work = new WorkQueue(options.db, FLOW_WORK, { leaseMs: toMs(options.lease ?? '30s', 'lease') });
     this.pollMs = toMs(options.poll ?? '200ms', 'poll');
     this.concurrency = options.concurrency ?? 16;
   }
@@ -258,7 +261,7 @@ export class Flows {
   async startWorker(): Promise<void> {
     if (this.working) return;
     this.working = true;
-    this.loop = this.work();
+    this.loop = this.poll();
   }
 
   /** Stops claiming, and waits for the flows in flight to finish or suspend. */
@@ -275,7 +278,7 @@ export class Flows {
     await this.options.db.close();
   }
 
-  private async work(): Promise<void> {
+  private async poll(): Promise<void> {
     while (this.working) {
       const room = this.concurrency - this.running.size;
       let claimed = 0;
@@ -295,98 +298,65 @@ export class Flows {
   private async claim(n: number): Promise<number> {
     const names = [...this.byName.keys()];
     if (names.length === 0) return 0;
-    const now = Date.now();
-    const marks = names.map(() => '?').join(', ');
-    // One statement claims and returns: SKIP LOCKED lets PostgreSQL workers pass each other's rows;
-    // SQLite's write lock serializes the claims of processes sharing the file.
-    const lock = this.options.db.dialect === 'postgres' ? ' FOR UPDATE SKIP LOCKED' : '';
-    const rows = await this.options.db.all<FlowRow>(
-      `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ?
-       WHERE workflow_id IN (
-         SELECT workflow_id FROM oncely_flows
-         WHERE name IN (${marks}) AND ((status = 'pending') OR (status = 'running' AND lease_until <= ?) OR (status = 'waiting' AND wake_at <= ?))
-         ORDER BY updated_at LIMIT ?${lock})
-       RETURNING *`,
-      [this.owner, now + this.leaseMs, now, ...names, now, now, n],
-    );
-    for (const row of rows) this.launch(row);
-    return rows.length;
+    const claims = await this.work.claim(n, runnable(names, Date.now()));
+    for (const claim of claims) this.launch(claim);
+    return claims.length;
   }
 
   /** Claims one just-started flow for this process. */
   private async claimOne(workflowId: string): Promise<void> {
-    const now = Date.now();
-    const [row] = await this.options.db.all<FlowRow>(
-      `UPDATE oncely_flows SET status = 'running', lease_owner = ?, lease_until = ?, runs = runs + 1, updated_at = ?
-       WHERE workflow_id = ? AND status = 'pending' RETURNING *`,
-      [this.owner, now + this.leaseMs, now, workflowId],
-    );
-    if (row) this.launch(row);
+    const [claim] = await this.work.claim(1, justStarted(workflowId));
+    if (claim) this.launch(claim);
   }
 
-  private launch(row: FlowRow): void {
+  private launch(claim: Claim<ClaimedFlow>): void {
+    const { row } = claim;
     const flow = this.byName.get(row.name);
-    // Already running here (this process stalled past its lease and claimed it again): one run is enough.
-    if (!flow || this.running.has(row.workflow_id)) return;
+    if (!flow) return;
+    const current = this.claims.get(row.workflow_id);
+    // Already running here (this process stalled past its lease and claimed it again): one run is
+    // enough, and it carries on under the newer claim.
+    if (current) {
+      current.fence = claim.fence;
+      return;
+    }
+    this.claims.set(row.workflow_id, claim);
     // A database error while recording the outcome leaves the flow claimed; its lease lapses and a
     // worker runs it again from its stored steps, so the error must not take the process down.
-    const done = this.runFlow(flow, row)
+    const done = this.runFlow(flow, claim)
       .catch(() => undefined)
       .finally(() => {
         this.running.delete(row.workflow_id);
+        this.claims.delete(row.workflow_id);
         this.wake?.();
       });
     this.running.set(row.workflow_id, done);
   }
 
-  private async runFlow(flow: AnyFlow, row: FlowRow): Promise<void> {
+  private async runFlow(flow: AnyFlow, claim: Claim<ClaimedFlow>): Promise<void> {
     const db = this.options.db;
-    const id = row.workflow_id;
-    let held = true;
-    // Renews the claim every third of the lease; a failed renewal means another worker took it over.
-    const renewal = setInterval(
-      () => {
-        db.run(
-          `UPDATE oncely_flows SET lease_until = ? WHERE workflow_id = ? AND lease_owner = ? AND status = 'running'`,
-          [Date.now() + this.leaseMs, id, this.owner],
-        )
-          .then((n) => {
-            if (n === 0) held = false;
-          })
-          .catch(() => undefined);
-      },
-      Math.max(10, Math.floor(this.leaseMs / 3)),
-    );
-    renewal.unref();
+    const id = claim.row.workflow_id;
+    // Renewed on the process's one renewal timer; a refused renewal means another worker took it over.
+    const held = this.work.keep(claim);
     let outcome: ExecutionOutcome;
     try {
-      outcome = await executeFlow(db, flow, id, JSON.parse(row.input), () => held);
+      outcome = await executeFlow(db, flow, id, JSON.parse(claim.row.input), () => held.holds());
     } finally {
-      clearInterval(renewal);
+      held.stop();
     }
-    const now = Date.now();
-    const mine = [id, this.owner];
     if (outcome.status === 'completed') {
-      await db.run(
-        `UPDATE oncely_flows SET status = 'completed', result = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
-        [JSON.stringify(outcome.result), now, ...mine],
-      );
-      this.counters.completed++;
+      if (await this.work.complete(db, claim, 'completed', { result: JSON.stringify(outcome.result) }))
+        this.counters.completed++;
     } else if (outcome.status === 'failed') {
-      await db.run(
-        `UPDATE oncely_flows SET status = 'failed', error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
-        [JSON.stringify(outcome.error), now, ...mine],
-      );
-      this.counters.failed++;
+      if (await this.work.complete(db, claim, 'failed', { error: JSON.stringify(outcome.error) }))
+        this.counters.failed++;
+      // They ran, whether or not this run's failure was the one recorded.
       this.counters.compensated += outcome.compensated;
       this.counters.compensationFailed += outcome.compensationFailed;
     } else if (outcome.reason === 'waiting') {
       // A signal may have arrived while this run was deciding to wait: it stays runnable then.
       await db.transaction(async (tx) => {
-        await tx.run(
-          `UPDATE oncely_flows SET status = 'waiting', wake_at = ?, lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE workflow_id = ? AND lease_owner = ?`,
-          [outcome.wakeAt, now, ...mine],
-        );
+        if (!(await this.work.complete(tx, claim, 'waiting', { wake_at: outcome.wakeAt }))) return;
         // Runnable when a wait it stopped at has its signal: the n-th wait for a name takes the n-th
         // signal of that name. Signals of other names, or already taken, must not wake it (a wake
         // would only suspend again, and set it pending again, in a loop).

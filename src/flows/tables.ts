@@ -1,7 +1,9 @@
-import { applyDdl } from '../db/ddl.js';
+import { type Migrations, migrate } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
+import type { ClaimScope, WorkTable } from '../work/index.js';
 
-const DDL = [
+/** The flow tables as the first version created them (adopted as version 1). */
+const FIRST_TABLES = [
   `CREATE TABLE IF NOT EXISTS oncely_flows (
     workflow_id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -40,7 +42,45 @@ const DDL = [
   )`,
 ];
 
-/** Creates the flow tables if missing; several processes may call it at once. */
+// The claim's fence, replacing the owner's id: a process that claims its own flow again (it
+// stalled past its lease) must not let its older run write.
+const ADD_FENCE = 'ALTER TABLE oncely_flows ADD COLUMN fence BIGINT NOT NULL DEFAULT 0';
+
+/** The flows' versioned tables. */
+export const flowMigrations: Migrations = {
+  component: 'flows',
+  steps: [
+    { version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES },
+    { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
+  ],
+};
+
+/** Creates or upgrades the flow tables; several processes may call it at once. */
 export function migrateFlowTables(db: Db): Promise<void> {
-  return applyDdl(db, 7346253, DDL);
+  return migrate(db, flowMigrations);
 }
+
+/** Flow runs as claimed work: `running` while a worker holds one; `runs` counts the claims. */
+export const FLOW_WORK: WorkTable = {
+  table: 'oncely_flows',
+  key: ['workflow_id'],
+  held: 'running',
+  pending: 'pending',
+  dead: 'failed',
+  attempts: 'runs',
+  returning: ['name', 'input'],
+  order: 'updated_at',
+  touched: 'updated_at',
+};
+
+/** Flows of these names that may run now: pending ones, and waiting ones whose time came. */
+export const runnable = (names: readonly string[], now: number): ClaimScope => ({
+  scope: { text: `name IN (${names.map(() => '?').join(', ')})`, values: [...names] },
+  ready: { text: "status = 'pending' OR (status = 'waiting' AND wake_at <= ?)", values: [now] },
+});
+
+/** One flow just started, to run at once. */
+export const justStarted = (workflowId: string): ClaimScope => ({
+  scope: { text: 'workflow_id = ?', values: [workflowId] },
+  ready: { text: "status = 'pending'", values: [] },
+});

@@ -2,13 +2,16 @@
  * The SQL of the event queue and the shapes of its rows, one place for both dialects. Table names are unqualified: on
  * PostgreSQL the connection's search_path picks the schema. Times are epoch milliseconds.
  */
+import type { Migrations } from '../db/migrate.js';
+import type { ClaimScope, WorkTable } from '../work/index.js';
+
 type Dialect = 'sqlite' | 'postgres';
 
 /** Statuses of a stored event. Duplicates are never rows: they are only counted. */
 export type EventStatus = 'pending' | 'processing' | 'applied' | 'stale' | 'dead' | 'no_consumer';
 
-/** The tables, created if missing; each statement runs on its own. */
-export function createTables(dialect: Dialect): string[] {
+/** The tables as the first version created them (adopted as version 1); each statement runs on its own. */
+function firstTables(dialect: Dialect): string[] {
   const big = dialect === 'postgres' ? 'BIGINT' : 'INTEGER';
   return [
     `CREATE TABLE IF NOT EXISTS oncely_events (
@@ -16,7 +19,6 @@ export function createTables(dialect: Dialect): string[] {
       event_id TEXT NOT NULL,
       type TEXT NOT NULL,
       payload TEXT NOT NULL,
-      body_hash TEXT,
       status TEXT NOT NULL,
       attempts INTEGER NOT NULL DEFAULT 0,
       next_attempt_at ${big} NOT NULL,
@@ -43,30 +45,49 @@ export function createTables(dialect: Dialect): string[] {
   ];
 }
 
+// Rows stored before body_hash keep NULL and are compared by their payload instead.
+const ADD_BODY_HASH = 'ALTER TABLE oncely_events ADD COLUMN body_hash TEXT';
+// The claim's fence: attempts alone would repeat once a replay resets them to 0.
+const ADD_FENCE = 'ALTER TABLE oncely_events ADD COLUMN fence BIGINT NOT NULL DEFAULT 0';
+
+/** The event queue's versioned tables. */
+export const eventMigrations: Migrations = {
+  component: 'events',
+  steps: [
+    { version: 1, sqlite: firstTables('sqlite'), postgres: firstTables('postgres') },
+    // Tables created since body_hash was added have it already: their CREATE TABLE had it.
+    {
+      version: 2,
+      sqlite: ADD_BODY_HASH,
+      postgres: ADD_BODY_HASH,
+      adds: { table: 'oncely_events', column: 'body_hash' },
+    },
+    { version: 3, sqlite: ADD_FENCE, postgres: ADD_FENCE },
+  ],
+};
+
+/** Events as claimed work: `processing` while a worker holds one. */
+export const EVENT_WORK: WorkTable = {
+  table: 'oncely_events',
+  key: ['source', 'event_id'],
+  held: 'processing',
+  pending: 'pending',
+  dead: 'dead',
+  attempts: 'attempts',
+  returning: ['type', 'payload', 'received_at'],
+  order: 'received_at',
+  touched: 'updated_at',
+  reclaimNote: { column: 'last_error', text: 'lease expired: the worker holding the event stopped' },
+};
+
 /**
- * Whether oncely_events has its body_hash column (added after the first version; rows stored
- * before keep NULL and are compared by their payload instead). No row means it must be added.
+ * What a claim takes: pending events whose retry time came (and, by the work module, processing
+ * ones whose worker let the lease run out); the scope is the open-events index's condition.
  */
-export function bodyHashColumn(dialect: Dialect): string {
-  return dialect === 'postgres'
-    ? "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('oncely_events') AND attname = 'body_hash' AND NOT attisdropped"
-    : "SELECT name FROM pragma_table_info('oncely_events') WHERE name = 'body_hash'";
-}
-
-export const addBodyHash = 'ALTER TABLE oncely_events ADD COLUMN body_hash TEXT';
-
-/** Serializes concurrent migrations of several PostgreSQL processes (IF NOT EXISTS alone races), per schema. */
-export const migrationLock = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.oncely_events'))";
-
-/**
- * Whether every object exists already (PostgreSQL). Checked first because CREATE INDEX IF NOT
- * EXISTS still takes a lock on its table that waits for every open consumer transaction, and
- * queues every later event statement behind it.
- */
-export const tablesExist = `SELECT to_regclass('oncely_events') IS NOT NULL AND to_regclass('oncely_events_open') IS NOT NULL
-  AND to_regclass('oncely_events_dead') IS NOT NULL AND to_regclass('oncely_event_versions') IS NOT NULL
-  AND to_regclass('oncely_event_counters') IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('oncely_events') AND attname = 'body_hash' AND NOT attisdropped) AS ready`;
+export const claimable = (now: number): ClaimScope => ({
+  scope: { text: "status IN ('pending', 'processing')", values: [] },
+  ready: { text: "status = 'pending' AND next_attempt_at <= ?", values: [now] },
+});
 
 /** Params: source, event_id, type, payload, body_hash, now (next_attempt_at), now (received_at), now (updated_at). */
 export const insertEvent = `INSERT INTO oncely_events
@@ -90,47 +111,8 @@ export interface ClaimedRow {
   event_id: string;
   type: string;
   payload: string;
-  attempts: number | string;
   received_at: number | string;
 }
-
-/**
- * Claims up to n due events: pending ones whose retry time came, and processing ones whose worker
- * let the lease run out. PostgreSQL skips rows other workers hold; SQLite's write lock serializes.
- * Params: lease_until, now (updated_at), now (next_attempt_at), now (lease_until), n.
- */
-export function claimEvents(dialect: Dialect): string {
-  return `UPDATE oncely_events SET
-      status = 'processing',
-      attempts = attempts + 1,
-      last_error = CASE WHEN status = 'processing' THEN 'lease expired: the worker holding the event stopped' ELSE last_error END,
-      lease_until = ?,
-      updated_at = ?
-    WHERE (source, event_id) IN (
-      SELECT source, event_id FROM oncely_events
-      WHERE status IN ('pending', 'processing')
-        AND ((status = 'pending' AND next_attempt_at <= ?) OR (status = 'processing' AND lease_until <= ?))
-      ORDER BY received_at
-      LIMIT ?${dialect === 'postgres' ? ' FOR UPDATE SKIP LOCKED' : ''}
-    )
-    RETURNING source, event_id, type, payload, attempts, received_at`;
-}
-
-/**
- * Fences and locks the claimed row for the processing transaction: no row means another worker
- * reclaimed it. On PostgreSQL the row lock also hides it from claims until this transaction ends.
- * Params: now, source, event_id, attempts.
- */
-export const holdEvent = `UPDATE oncely_events SET updated_at = ?
-  WHERE source = ? AND event_id = ? AND status = 'processing' AND attempts = ?`;
-
-/** Ends a claim, clearing last_error: an applied event shows no failure of an earlier attempt. Params: status, now, source, event_id, attempts. */
-export const finishEvent = `UPDATE oncely_events SET status = ?, lease_until = NULL, last_error = NULL, updated_at = ?
-  WHERE source = ? AND event_id = ? AND status = 'processing' AND attempts = ?`;
-
-/** Ends a failed claim. Params: status, next_attempt_at, last_error, now, source, event_id, attempts. */
-export const failEvent = `UPDATE oncely_events SET status = ?, next_attempt_at = ?, lease_until = NULL, last_error = ?, updated_at = ?
-  WHERE source = ? AND event_id = ? AND status = 'processing' AND attempts = ?`;
 
 /** Params: aggregate. */
 export const ensureVersion = `INSERT INTO oncely_event_versions (aggregate, version) VALUES (?, NULL)

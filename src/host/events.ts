@@ -1,7 +1,10 @@
 import { createHash } from 'node:crypto';
+import { backoffDelay, sleep } from '../core/backoff.js';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
+import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
+import { type Claim, WorkQueue } from '../work/index.js';
 import type { HostLog } from './context.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
@@ -54,14 +57,8 @@ const OUTCOMES: readonly EventOutcome[] = [
 const COUNTER_SHARDS = 16;
 const MAX_ERROR_LENGTH = 2_000;
 
-/**
- * Delay before the next attempt: full jitter, a uniform draw in [0, min(maxMs, baseMs * 2^(attempt-1))).
- * @param attempt the attempt that just failed, from 1
- */
-export function backoffDelay(attempt: number, baseMs: number, maxMs: number, random: () => number = Math.random) {
-  const ceiling = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 52));
-  return Math.floor(random() * ceiling);
-}
+// Kept here too: the event queue exported it first.
+export { backoffDelay };
 
 /**
  * Persisted event intake and delivery: events are stored first, then consumed asynchronously with
@@ -74,9 +71,7 @@ export function backoffDelay(attempt: number, baseMs: number, maxMs: number, ran
  */
 export class EventQueue {
   private readonly maxAttempts: number;
-  private readonly baseDelayMs: number;
-  private readonly maxDelayMs: number;
-  private readonly leaseMs: number;
+  private readonly work: WorkQueue<q.ClaimedRow>;
   private readonly batchSize: number;
   private readonly pollMs: number;
   private readonly onError: (error: unknown) => void;
@@ -92,27 +87,23 @@ export class EventQueue {
     private readonly options: EventQueueOptions,
   ) {
     this.maxAttempts = positive(options.maxAttempts ?? 8, 'maxAttempts');
-    this.baseDelayMs = positive(options.baseDelayMs ?? 500, 'baseDelayMs');
-    this.maxDelayMs = positive(options.maxDelayMs ?? 60_000, 'maxDelayMs');
-    this.leaseMs = positive(options.leaseMs ?? 30_000, 'leaseMs');
+    // No renewals: the processing transaction's row lock (PostgreSQL) or write lock (SQLite) keeps
+    // other workers off an event for as long as its consumer runs, and a renewal would wait on it.
+    this.work = new WorkQueue(db, q.EVENT_WORK, {
+      maxAttempts: this.maxAttempts,
+      baseDelayMs: positive(options.baseDelayMs ?? 500, 'baseDelayMs'),
+      maxDelayMs: positive(options.maxDelayMs ?? 60_000, 'maxDelayMs'),
+      leaseMs: positive(options.leaseMs ?? 30_000, 'leaseMs'),
+    });
     this.batchSize = positive(options.batchSize ?? 16, 'batchSize');
     this.pollMs = positive(options.pollMs ?? 250, 'pollMs');
     this.onError = options.onError ?? ((error) => console.error('oncely event queue:', error));
     this.onConflict = options.onConflict ?? ((message) => console.warn(message));
   }
 
-  /** Creates the queue's tables if missing; safe to run from several processes at once. */
+  /** Creates or upgrades the queue's tables; safe to run from several processes at once. */
   async migrate(): Promise<void> {
-    const ready = async (sql: Sql) =>
-      sql.dialect === 'postgres' && (await sql.all<{ ready: boolean }>(q.tablesExist))[0]?.ready === true;
-    if (await ready(this.db)) return;
-    await this.db.transaction(async (tx) => {
-      if (tx.dialect === 'postgres') await tx.all(q.migrationLock);
-      if (await ready(tx)) return;
-      for (const statement of q.createTables(tx.dialect)) await tx.run(statement);
-      // Tables made by an earlier version lack body_hash: CREATE TABLE IF NOT EXISTS left them as they were.
-      if ((await tx.all(q.bodyHashColumn(tx.dialect))).length === 0) await tx.run(q.addBodyHash);
-    });
+    await migrate(this.db, q.eventMigrations);
   }
 
   /**
@@ -247,15 +238,9 @@ export class EventQueue {
 
   /** Claims up to n due events and starts processing them; returns how many it claimed. */
   private async claimAndProcess(n: number): Promise<number> {
-    const now = Date.now();
-    const rows = await this.db.all<q.ClaimedRow>(q.claimEvents(this.db.dialect), [
-      now + this.leaseMs,
-      now,
-      now,
-      now,
-      n,
-    ]);
-    rows.sort((a, b) => Number(a.received_at) - Number(b.received_at));
+    const rows = await this.work.claim(n, q.claimable(Date.now()));
+    // One statement claimed them; its RETURNING order is not the claim's ORDER BY.
+    rows.sort((a, b) => Number(a.row.received_at) - Number(b.row.received_at));
     for (const row of rows) {
       const work = this.process(row).catch((error) => this.onError(error));
       this.inFlight.add(work);
@@ -268,9 +253,8 @@ export class EventQueue {
     return rows.length;
   }
 
-  private async process(row: q.ClaimedRow): Promise<void> {
-    const attempts = Number(row.attempts);
-    const key = [row.source, row.event_id, attempts] as const;
+  private async process(claim: Claim<q.ClaimedRow>): Promise<void> {
+    const { row, attempts } = claim;
     try {
       // Past maxAttempts only through lease expiries: the event may be what kills its workers.
       if (attempts > this.maxAttempts)
@@ -284,19 +268,22 @@ export class EventQueue {
         attempt: attempts,
       };
       const binding = this.options.consumerFor(event.source, event.type);
+      // last_error cleared: an applied event shows no failure of an earlier attempt.
       if (!binding) {
-        await this.db.run(q.finishEvent, ['no_consumer', Date.now(), ...key]);
+        await this.work.complete(this.db, claim, 'no_consumer', { last_error: null });
         return;
       }
       await this.db.transaction(async (tx) => {
-        if ((await tx.run(q.holdEvent, [Date.now(), ...key])) === 0) return; // reclaimed by another worker
+        // The fence checked inside the transaction the consumer writes in: its writes commit with
+        // the event's completion, or not at all when another worker claimed the event since.
+        if (!(await this.work.hold(tx, claim))) return;
         const outcome = await this.apply(binding, event, tx);
-        await tx.run(q.finishEvent, [outcome, Date.now(), ...key]);
+        await this.work.complete(tx, claim, outcome, { last_error: null });
         await this.count(tx, outcome);
       });
     } catch (error) {
-      // Fenced by attempts: if the commit went through after all, or another worker took over, this changes nothing.
-      await this.fail(row, attempts, error);
+      // Fenced: if the commit went through after all, or another worker took over, this changes nothing.
+      await this.fail(claim, error);
     }
   }
 
@@ -320,10 +307,11 @@ export class EventQueue {
     return 'applied';
   }
 
-  private async fail(row: q.ClaimedRow, attempts: number, error: unknown): Promise<void> {
-    const dead = attempts >= this.maxAttempts;
+  private async fail(claim: Claim<q.ClaimedRow>, error: unknown): Promise<void> {
+    const { row, attempts } = claim;
     const now = Date.now();
-    const next = dead ? now : now + backoffDelay(attempts, this.baseDelayMs, this.maxDelayMs);
+    const plan = this.work.plan(claim, now);
+    const { dead, nextAttemptAt: next } = plan;
     const then = dead ? 'dead-lettered' : `retry in ${next - now} ms`;
     logFailure(
       this.options.logger,
@@ -341,16 +329,8 @@ export class EventQueue {
       error,
     );
     await this.db.transaction(async (tx) => {
-      const changed = await tx.run(q.failEvent, [
-        dead ? 'dead' : 'pending',
-        next,
-        describe(error),
-        now,
-        row.source,
-        row.event_id,
-        attempts,
-      ]);
-      if (changed > 0) await this.count(tx, dead ? 'dead_lettered' : 'retrying');
+      if (await this.work.fail(tx, claim, plan, describe(error)))
+        await this.count(tx, dead ? 'dead_lettered' : 'retrying');
     });
     if (!dead) setTimeout(() => this.wake(), next - now).unref();
   }
@@ -389,8 +369,4 @@ function describe(error: unknown): string {
 function positive(value: number, name: string): number {
   if (!Number.isFinite(value) || value <= 0) throw new OncelyError('INVALID_ARGUMENT', `${name} must be positive`);
   return value;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

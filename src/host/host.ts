@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { ERRORS, OncelyError } from '../core/errors.js';
+import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
 import { createFlows, type Flows } from '../flows/flows.js';
@@ -12,7 +13,8 @@ import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
 import { bindConsumer } from './consume.js';
 import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
-import { OUTBOX_DDL, OutboxRelay } from './outbox.js';
+import { OutboxRelay } from './outbox.js';
+import { outboxMigrations } from './outbox-sql.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
 import { readWebhook, validateSources } from './webhooks.js';
@@ -115,11 +117,11 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   let server: ServerType | undefined;
   const migrate = async () => {
     const hash = createHash('sha256').update(app.schemaSql).digest('hex');
+    await migrateTables(db, outboxMigrations);
     await db.transaction(async (tx) => {
       // One migrator at a time across processes: SQLite's write lock, PostgreSQL's advisory lock.
-      if (tx.dialect === 'postgres') await tx.run('SELECT pg_advisory_xact_lock(7346251)');
+      await migrationLock(tx);
       await tx.run(APP_SCHEMA_DDL);
-      await tx.run(OUTBOX_DDL);
       const seen = await tx.all('SELECT hash FROM oncely_app_schema WHERE hash = ?', [hash]);
       if (seen.length === 0 && app.schemaSql.trim() !== '') {
         if (tx.dialect === 'sqlite') (tx.handle as { exec(sql: string): void }).exec(app.schemaSql);

@@ -1,5 +1,7 @@
 import { validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
+import { type Claim, WorkQueue } from '../work/index.js';
+import { dueNow, insertMessage, OUTBOX_WORK, type OutboxRow } from './outbox-sql.js';
 
 /** Where the relay hands a message: the app's own consumers, or later a broker. */
 export interface OutboxTarget {
@@ -15,20 +17,6 @@ export interface OutboxMessage {
   createdAt: number;
 }
 
-/** The outbox table. */
-export const OUTBOX_DDL = `CREATE TABLE IF NOT EXISTS oncely_outbox (
-  id TEXT PRIMARY KEY,
-  topic TEXT NOT NULL,
-  payload TEXT NOT NULL,
-  status TEXT NOT NULL,
-  attempts INTEGER NOT NULL DEFAULT 0,
-  next_attempt_at BIGINT NOT NULL,
-  lease_until BIGINT,
-  last_error TEXT,
-  created_at BIGINT NOT NULL,
-  delivered_at BIGINT
-)`;
-
 /** Writes a message in the caller's transaction; an id already written is not written again. */
 export async function enqueue(
   tx: Sql,
@@ -37,12 +25,8 @@ export async function enqueue(
   payload: unknown,
 ): Promise<{ id: string; created: boolean }> {
   validateKey(id);
-  const now = Date.now();
-  const created = await tx.run(
-    `INSERT INTO oncely_outbox (id, topic, payload, status, next_attempt_at, created_at)
-     VALUES (?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING`,
-    [id, topic, JSON.stringify(payload ?? null), now, now],
-  );
+  const { text, values } = insertMessage(id, topic, JSON.stringify(payload ?? null), Date.now());
+  const created = await tx.run(text, values);
   return { id, created: created === 1 };
 }
 
@@ -58,17 +42,28 @@ export interface RelayOptions {
 
 /**
  * Delivers committed outbox rows at least once: claims due rows with a lease (a relay that died
- * loses them after it), hands each to the target, then marks it delivered.
+ * loses them after it), hands each to the target, then marks it delivered. The lease is renewed
+ * while a delivery runs, and the completion is fenced: a relay that stalled past its lease, and
+ * whose row another relay claimed, does not mark it again.
  */
 export class OutboxRelay {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopped = true;
+  // True while stop() waits: the rest of a claimed batch is given back instead of delivered.
+  private stopping = false;
+  private readonly work: WorkQueue<OutboxRow>;
 
   constructor(
     private readonly db: Db,
     private readonly options: RelayOptions,
-  ) {}
+  ) {
+    this.work = new WorkQueue(db, OUTBOX_WORK, {
+      leaseMs: options.leaseMs ?? 30_000,
+      baseDelayMs: options.baseDelayMs,
+      maxDelayMs: options.maxDelayMs,
+    });
+  }
 
   /** Starts polling. */
   start(): void {
@@ -81,61 +76,49 @@ export class OutboxRelay {
     if (!this.stopped && !this.running) this.schedule(0);
   }
 
-  /** Stops polling and waits for the round in flight. */
+  /** Stops polling and waits for the delivery in flight; rows claimed but not started are given back. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping = true;
     clearTimeout(this.timer);
-    await this.running;
+    try {
+      await this.running;
+    } finally {
+      this.stopping = false;
+    }
   }
 
-  /** Delivers everything due now; returns how many were delivered. */
+  /** Delivers everything due now; returns how many rows it claimed (delivered, failed or given back). */
   async deliverDue(): Promise<number> {
-    const { batchSize = 32, leaseMs = 30_000 } = this.options;
-    const now = Date.now();
-    const claimed = await this.db.transaction(async (tx) => {
-      const lock = tx.dialect === 'postgres' ? ' FOR UPDATE SKIP LOCKED' : '';
-      const rows = await tx.all<{
-        id: string;
-        topic: string;
-        payload: string;
-        created_at: number | string;
-        attempts: number;
-      }>(
-        `SELECT id, topic, payload, created_at, attempts FROM oncely_outbox
-         WHERE (status = 'pending' AND next_attempt_at <= ?) OR (status = 'delivering' AND lease_until <= ?)
-         ORDER BY created_at, id LIMIT ?${lock}`,
-        [now, now, batchSize],
-      );
-      for (const row of rows)
-        await tx.run(
-          `UPDATE oncely_outbox SET status = 'delivering', lease_until = ?, attempts = attempts + 1 WHERE id = ?`,
-          [now + leaseMs, row.id],
-        );
-      return rows;
-    });
-    for (const row of claimed) {
-      const message = {
-        id: row.id,
-        topic: row.topic,
-        payload: JSON.parse(row.payload) as unknown,
-        createdAt: Number(row.created_at),
-      };
-      try {
-        await this.options.target.deliver(message);
-        await this.db.run(
-          `UPDATE oncely_outbox SET status = 'delivered', delivered_at = ?, lease_until = NULL WHERE id = ?`,
-          [Date.now(), row.id],
-        );
-      } catch (error) {
-        const { baseDelayMs = 500, maxDelayMs = 60_000 } = this.options;
-        const delay = Math.random() * Math.min(maxDelayMs, baseDelayMs * 2 ** Math.min(row.attempts, 20));
-        await this.db.run(
-          `UPDATE oncely_outbox SET status = 'pending', next_attempt_at = ?, lease_until = NULL, last_error = ? WHERE id = ?`,
-          [Date.now() + delay, error instanceof Error ? error.message : String(error), row.id],
-        );
-      }
+    const claimed = await this.work.claim(this.options.batchSize ?? 32, { ready: dueNow(Date.now()) });
+    // One statement claimed them; its RETURNING order is not the claim's ORDER BY.
+    claimed.sort((a, b) => Number(a.row.created_at) - Number(b.row.created_at) || (a.row.id < b.row.id ? -1 : 1));
+    for (const claim of claimed) {
+      if (this.stopping) await this.work.release(this.db, claim);
+      else await this.deliver(claim);
     }
     return claimed.length;
+  }
+
+  /** Delivers one claimed row; false when its completion was refused (another relay claimed it since). */
+  private async deliver(claim: Claim<OutboxRow>): Promise<boolean> {
+    const { row } = claim;
+    const message = {
+      id: row.id,
+      topic: row.topic,
+      payload: JSON.parse(row.payload) as unknown,
+      createdAt: Number(row.created_at),
+    };
+    const held = this.work.keep(claim);
+    try {
+      await this.options.target.deliver(message);
+    } catch (error) {
+      held.stop();
+      const reason = error instanceof Error ? error.message : String(error);
+      return this.work.fail(this.db, claim, this.work.plan(claim), reason);
+    }
+    held.stop();
+    return this.work.complete(this.db, claim, 'delivered', { delivered_at: Date.now() });
   }
 
   private schedule(ms: number): void {
