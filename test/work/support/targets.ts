@@ -52,7 +52,9 @@ export const ITEMS: WorkTable = {
 };
 
 /** Items due now. */
-export const due = (now = Date.now()) => ({ ready: { text: "status = 'pending' AND next_attempt_at <= ?", values: [now] } });
+export const due = (now = Date.now()) => ({
+  ready: { text: "status = 'pending' AND next_attempt_at <= ?", values: [now] },
+});
 
 /** Creates the table with `n` pending items `item-000`... */
 export async function seed(db: Db, n: number): Promise<string[]> {
@@ -60,7 +62,9 @@ export async function seed(db: Db, n: number): Promise<string[]> {
   const ids = Array.from({ length: n }, (_, i) => `item-${String(i).padStart(3, '0')}`);
   await db.transaction(async (tx) => {
     for (const id of ids)
-      await tx.run("INSERT INTO work_items (id, status, next_attempt_at, updated_at) VALUES (?, 'pending', 0, 0)", [id]);
+      await tx.run("INSERT INTO work_items (id, status, next_attempt_at, updated_at) VALUES (?, 'pending', 0, 0)", [
+        id,
+      ]);
   });
   return ids;
 }
