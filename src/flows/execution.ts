@@ -2,7 +2,9 @@ import { backoffDelay, sleep } from '../core/backoff.js';
 import { type Duration, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { Db } from '../db/types.js';
+import type { Statement } from '../work/index.js';
 import type { AnyFlow, FlowRun, StepContext, StepOptions } from './define.js';
+import * as q from './sql.js';
 
 /** Thrown through the flow function to stop it: it waits for a signal or a time, or lost its lease. */
 export class Suspend extends Error {
@@ -81,21 +83,12 @@ export async function executeFlow(
     const idempotencyKey = `${workflowId}:${stepId}`;
     return { idempotencyKey, workflowId, stepId, attempt, subKey: (i) => `${idempotencyKey}:${i}` };
   };
-  const read = async (stepId: string) =>
-    (
-      await db.all<StepRow>(
-        'SELECT status, result, error, started_at FROM oncely_flow_steps WHERE workflow_id = ? AND step_id = ?',
-        [workflowId, stepId],
-      )
-    )[0];
+  const all = <R>({ text, values }: Statement) => db.all<R>(text, values);
+  const write = ({ text, values }: Statement) => db.run(text, values);
+  const read = async (stepId: string) => (await all<StepRow>(q.readStep(workflowId, stepId)))[0];
   // Every step stored so far, read once: a replay answers from memory, a first run reads nothing more.
   const stored = new Map(
-    (
-      await db.all<StepRow & { step_id: string }>(
-        'SELECT step_id, status, result, error, started_at FROM oncely_flow_steps WHERE workflow_id = ?',
-        [workflowId],
-      )
-    ).map((row) => [row.step_id, row] as const),
+    (await all<StepRow & { step_id: string }>(q.readSteps(workflowId))).map((row) => [row.step_id, row] as const),
   );
 
   const runStep = async <T>(
@@ -122,10 +115,8 @@ export async function executeFlow(
         if (attempt >= attempts || final?.(error) === true) {
           const failure = errorOf(error);
           await durable(() =>
-            db.run(
-              `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, error, attempts, started_at, completed_at)
-               VALUES (?, ?, 'failed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-              [workflowId, stepId, JSON.stringify(failure), attempt, startedAt, Date.now()],
+            write(
+              q.insertStep(workflowId, stepId, 'failed', null, JSON.stringify(failure), attempt, startedAt, Date.now()),
             ),
           );
           stored.set(stepId, {
@@ -143,11 +134,7 @@ export async function executeFlow(
       const text = JSON.stringify(value ?? null);
       // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
       const inserted = await durable(() =>
-        db.run(
-          `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, attempts, started_at, completed_at)
-           VALUES (?, ?, 'completed', ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-          [workflowId, stepId, text, attempt, startedAt, Date.now()],
-        ),
+        write(q.insertStep(workflowId, stepId, 'completed', text, null, attempt, startedAt, Date.now())),
       );
       const result =
         inserted === 1
@@ -175,30 +162,15 @@ export async function executeFlow(
     if (memo?.status === 'completed') return JSON.parse(memo.result ?? 'null') as T | null;
     if (!memo) {
       // The wait's start is stored, so its deadline is the same on every replay.
-      await durable(() =>
-        db.run(
-          `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, attempts, started_at) VALUES (?, ?, 'waiting', 0, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-          [workflowId, stepId, now],
-        ),
-      );
+      await durable(() => write(q.insertWait(workflowId, stepId, now)));
       memo = await durable(() => read(stepId));
     }
-    const [signal] = await durable(() =>
-      db.all<{ payload: string }>(
-        `SELECT payload FROM oncely_flow_signals WHERE workflow_id = ? AND name = ? ORDER BY received_at, signal_id LIMIT 1 OFFSET ?`,
-        [workflowId, name, occurrence - 1],
-      ),
-    );
+    const [signal] = await durable(() => all<{ payload: string }>(q.nthSignal(workflowId, name, occurrence - 1)));
     const deadline =
       options.timeout === undefined ? null : Number(memo?.started_at ?? now) + toMs(options.timeout, 'timeout');
     if (!signal && (deadline === null || deadline > now)) throw new Suspend('waiting', deadline);
     const value = signal ? (JSON.parse(signal.payload) as T) : null;
-    await durable(() =>
-      db.run(
-        `UPDATE oncely_flow_steps SET status = 'completed', result = ?, completed_at = ? WHERE workflow_id = ? AND step_id = ? AND status = 'waiting'`,
-        [JSON.stringify(value), now, workflowId, stepId],
-      ),
-    );
+    await durable(() => write(q.completeWait(workflowId, stepId, JSON.stringify(value), now)));
     return JSON.parse((await durable(() => read(stepId)))?.result ?? 'null') as T | null;
   };
 

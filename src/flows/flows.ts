@@ -4,9 +4,10 @@ import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
-import { type Claim, WorkQueue } from '../work/index.js';
+import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
 import { type ExecutionOutcome, executeFlow } from './execution.js';
+import * as q from './sql.js';
 import { FLOW_WORK, justStarted, migrateFlowTables, runnable } from './tables.js';
 
 /** Options of `createFlows`. */
@@ -65,6 +66,9 @@ function toRecord(row: FlowRow): FlowRecord {
   };
 }
 
+const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
+const run = (sql: Sql, { text, values }: Statement) => sql.run(text, values);
+
 /** A claimed flow, as the claim returns it. */
 type ClaimedFlow = Pick<FlowRow, 'workflow_id' | 'name' | 'input'>;
 
@@ -115,15 +119,9 @@ export class Flows {
     const hash = fingerprint(input);
     const now = Date.now();
     const sql = options.tx ?? this.options.db;
-    const created = await sql.run(
-      `INSERT INTO oncely_flows (workflow_id, name, biz_id, input, input_hash, status, created_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (workflow_id) DO NOTHING`,
-      [workflowId, flow.name, bizId, JSON.stringify(input), hash, now, now],
-    );
+    const created = await run(sql, q.insertFlow(workflowId, flow.name, bizId, JSON.stringify(input), hash, now));
     if (created === 0) {
-      const [row] = await sql.all<{ input_hash: string }>('SELECT input_hash FROM oncely_flows WHERE workflow_id = ?', [
-        workflowId,
-      ]);
+      const [row] = await all<{ input_hash: string }>(sql, q.readInputHash(workflowId));
       if (row && row.input_hash !== hash)
         throw new OncelyError(
           'FLOW_INPUT_MISMATCH',
@@ -145,18 +143,13 @@ export class Flows {
       // The flow's row first: a worker deciding to wait then reads this signal, or waits for this
       // transaction and is woken by it (without the lock, both could miss each other and the flow
       // would wait for good). SQLite's transactions are serial already.
-      const lock = tx.dialect === 'postgres' ? ' FOR UPDATE' : '';
-      const [flow] = await tx.all(`SELECT workflow_id FROM oncely_flows WHERE workflow_id = ?${lock}`, [workflowId]);
+      const [flow] = await all(tx, q.lockFlow(tx.dialect, workflowId));
       if (!flow) throw new OncelyError('NOT_FOUND', `no flow ${workflowId} to signal`);
-      const inserted = await tx.run(
-        `INSERT INTO oncely_flow_signals (workflow_id, signal_id, name, payload, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (workflow_id, signal_id) DO NOTHING`,
-        [workflowId, options.signalId, name, JSON.stringify(payload ?? null), now],
+      const inserted = await run(
+        tx,
+        q.insertSignal(workflowId, options.signalId, name, JSON.stringify(payload ?? null), now),
       );
-      if (inserted === 1)
-        await tx.run(
-          `UPDATE oncely_flows SET status = 'pending', wake_at = NULL, updated_at = ? WHERE workflow_id = ? AND status = 'waiting'`,
-          [now, workflowId],
-        );
+      if (inserted === 1) await run(tx, q.wakeWaiting(workflowId, now));
       return inserted === 1;
     });
     this.wake?.();
@@ -180,19 +173,14 @@ export class Flows {
 
   /** One flow, or null. */
   async get(workflowId: string): Promise<FlowRecord | null> {
-    const [row] = await this.options.db.all<FlowRow>('SELECT * FROM oncely_flows WHERE workflow_id = ?', [workflowId]);
+    const [row] = await all<FlowRow>(this.options.db, q.readFlow(workflowId));
     return row ? toRecord(row) : null;
   }
 
   /** Flows, newest first, optionally of one status. */
   async list(options: { status?: FlowRecord['status']; limit?: number } = {}): Promise<FlowRecord[]> {
     const limit = Math.min(Math.max(1, options.limit ?? 100), 10_000);
-    const rows = options.status
-      ? await this.options.db.all<FlowRow>(
-          'SELECT * FROM oncely_flows WHERE status = ? ORDER BY created_at DESC LIMIT ?',
-          [options.status, limit],
-        )
-      : await this.options.db.all<FlowRow>('SELECT * FROM oncely_flows ORDER BY created_at DESC LIMIT ?', [limit]);
+    const rows = await all<FlowRow>(this.options.db, q.listFlows(options.status, limit));
     return rows.map(toRecord);
   }
 
@@ -200,7 +188,7 @@ export class Flows {
   async show(workflowId: string) {
     const flow = await this.get(workflowId);
     if (!flow) return null;
-    const steps = await this.options.db.all<{
+    const steps = await all<{
       step_id: string;
       status: string;
       result: string | null;
@@ -208,19 +196,13 @@ export class Flows {
       attempts: number;
       started_at: number | string;
       completed_at: number | string | null;
-    }>(
-      'SELECT step_id, status, result, error, attempts, started_at, completed_at FROM oncely_flow_steps WHERE workflow_id = ? ORDER BY started_at, step_id',
-      [workflowId],
-    );
-    const signals = await this.options.db.all<{
+    }>(this.options.db, q.listSteps(workflowId));
+    const signals = await all<{
       signal_id: string;
       name: string;
       payload: string;
       received_at: number | string;
-    }>(
-      'SELECT signal_id, name, payload, received_at FROM oncely_flow_signals WHERE workflow_id = ? ORDER BY received_at',
-      [workflowId],
-    );
+    }>(this.options.db, q.listSignals(workflowId));
     return {
       ...flow,
       steps: steps.map((s) => ({
@@ -245,12 +227,8 @@ export class Flows {
   async retry(workflowId: string): Promise<boolean> {
     const now = Date.now();
     const resumed = await this.options.db.transaction(async (tx) => {
-      const changed = await tx.run(
-        `UPDATE oncely_flows SET status = 'pending', error = NULL, lease_owner = NULL, updated_at = ? WHERE workflow_id = ? AND status = 'failed'`,
-        [now, workflowId],
-      );
-      if (changed === 1)
-        await tx.run(`DELETE FROM oncely_flow_steps WHERE workflow_id = ? AND status = 'failed'`, [workflowId]);
+      const changed = await run(tx, q.retryFailed(workflowId, now));
+      if (changed === 1) await run(tx, q.deleteFailedSteps(workflowId));
       return changed === 1;
     });
     this.wake?.();
@@ -360,21 +338,14 @@ export class Flows {
         // Runnable when a wait it stopped at has its signal: the n-th wait for a name takes the n-th
         // signal of that name. Signals of other names, or already taken, must not wake it (a wake
         // would only suspend again, and set it pending again, in a loop).
-        const waits = await tx.all<{ step_id: string }>(
-          `SELECT step_id FROM oncely_flow_steps WHERE workflow_id = ? AND status = 'waiting'`,
-          [id],
-        );
-        const counts = await tx.all<{ name: string; n: number | string }>(
-          'SELECT name, COUNT(*) AS n FROM oncely_flow_signals WHERE workflow_id = ? GROUP BY name',
-          [id],
-        );
+        const waits = await all<{ step_id: string }>(tx, q.waitingSteps(id));
+        const counts = await all<{ name: string; n: number | string }>(tx, q.signalCounts(id));
         const received = new Map(counts.map((c) => [c.name, Number(c.n)]));
         const late = waits.some(({ step_id }) => {
           const wait = /^wait:(.*):(\d+)$/s.exec(step_id);
           return wait !== null && (received.get(wait[1] ?? '') ?? 0) >= Number(wait[2]);
         });
-        if (late)
-          await tx.run(`UPDATE oncely_flows SET status = 'pending' WHERE workflow_id = ? AND status = 'waiting'`, [id]);
+        if (late) await run(tx, q.wakeWaiting(id, null));
       });
     }
   }
