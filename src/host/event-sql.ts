@@ -3,7 +3,7 @@
  * PostgreSQL the connection's search_path picks the schema. Times are epoch milliseconds.
  */
 import type { Migrations } from '../db/migrate.js';
-import type { ClaimScope, WorkTable } from '../work/index.js';
+import type { ClaimScope, Statement, WorkTable } from '../work/index.js';
 
 type Dialect = 'sqlite' | 'postgres';
 
@@ -89,21 +89,41 @@ export const claimable = (now: number): ClaimScope => ({
   ready: { text: "status = 'pending' AND next_attempt_at <= ?", values: [now] },
 });
 
-/** Params: source, event_id, type, payload, body_hash, now (next_attempt_at), now (received_at), now (updated_at). */
-export const insertEvent = `INSERT INTO oncely_events
+/** Stores an event unless (source, event_id) is stored; `now` is when it is received and due. */
+export const insertEvent = (
+  source: string,
+  eventId: string,
+  type: string,
+  payload: string,
+  bodyHash: string,
+  now: number,
+): Statement => ({
+  text: `INSERT INTO oncely_events
   (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at)
   VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
-  ON CONFLICT (source, event_id) DO NOTHING`;
+  ON CONFLICT (source, event_id) DO NOTHING`,
+  values: [source, eventId, type, payload, bodyHash, now, now, now],
+});
 
-/** What a duplicate is compared with; the payload only for rows stored before body_hash. Params: source, event_id. */
-export const readBodyHash = `SELECT type, body_hash, CASE WHEN body_hash IS NULL THEN payload END AS payload
-  FROM oncely_events WHERE source = ? AND event_id = ?`;
+/** What a duplicate is compared with; the payload only for rows stored before body_hash. */
+export const readBodyHash = (source: string, eventId: string): Statement => ({
+  text: `SELECT type, body_hash, CASE WHEN body_hash IS NULL THEN payload END AS payload
+  FROM oncely_events WHERE source = ? AND event_id = ?`,
+  values: [source, eventId],
+});
 
-/** Params: outcome, shard. */
-export const countOutcome = `INSERT INTO oncely_event_counters (outcome, shard, count) VALUES (?, ?, 1)
-  ON CONFLICT (outcome, shard) DO UPDATE SET count = oncely_event_counters.count + 1`;
+/** Counts one outcome, on one shard of its counter. */
+export const countOutcome = (outcome: string, shard: number): Statement => ({
+  text: `INSERT INTO oncely_event_counters (outcome, shard, count) VALUES (?, ?, 1)
+  ON CONFLICT (outcome, shard) DO UPDATE SET count = oncely_event_counters.count + 1`,
+  values: [outcome, shard],
+});
 
-export const readCounters = 'SELECT outcome, SUM(count) AS count FROM oncely_event_counters GROUP BY outcome';
+/** Each outcome's count, summed over its shards. */
+export const readCounters = (): Statement => ({
+  text: 'SELECT outcome, SUM(count) AS count FROM oncely_event_counters GROUP BY outcome',
+  values: [],
+});
 
 /** A claimed row as the claim returns it. */
 export interface ClaimedRow {
@@ -114,17 +134,23 @@ export interface ClaimedRow {
   received_at: number | string;
 }
 
-/** Params: aggregate. */
-export const ensureVersion = `INSERT INTO oncely_event_versions (aggregate, version) VALUES (?, NULL)
-  ON CONFLICT (aggregate) DO NOTHING`;
+/** The aggregate's version row, created empty when missing. */
+export const ensureVersion = (aggregate: string): Statement => ({
+  text: `INSERT INTO oncely_event_versions (aggregate, version) VALUES (?, NULL)
+  ON CONFLICT (aggregate) DO NOTHING`,
+  values: [aggregate],
+});
 
-/** Params: aggregate. PostgreSQL locks the row so one aggregate's events apply one at a time. */
-export function readVersion(dialect: Dialect): string {
-  return `SELECT version FROM oncely_event_versions WHERE aggregate = ?${dialect === 'postgres' ? ' FOR UPDATE' : ''}`;
-}
+/** The aggregate's version; PostgreSQL locks the row so one aggregate's events apply one at a time. */
+export const readVersion = (dialect: Dialect, aggregate: string): Statement => ({
+  text: `SELECT version FROM oncely_event_versions WHERE aggregate = ?${dialect === 'postgres' ? ' FOR UPDATE' : ''}`,
+  values: [aggregate],
+});
 
-/** Params: version, aggregate. */
-export const writeVersion = 'UPDATE oncely_event_versions SET version = ? WHERE aggregate = ?';
+export const writeVersion = (version: number, aggregate: string): Statement => ({
+  text: 'UPDATE oncely_event_versions SET version = ? WHERE aggregate = ?',
+  values: [version, aggregate],
+});
 
 /** An event that used up its attempts. `id` is `<source>/<eventId>` (a source never contains "/"). */
 export interface DeadLetter {
@@ -152,15 +178,24 @@ export function toDeadLetter(r: Record<string, unknown>): DeadLetter {
   };
 }
 
-export const listDead = `SELECT source, event_id, type, attempts, last_error, received_at, updated_at
-  FROM oncely_events WHERE status = 'dead' ORDER BY received_at, source, event_id`;
+/** Dead letters in the order they arrived. */
+export const listDead = (): Statement => ({
+  text: `SELECT source, event_id, type, attempts, last_error, received_at, updated_at
+  FROM oncely_events WHERE status = 'dead' ORDER BY received_at, source, event_id`,
+  values: [],
+});
 
-/** Params: now, now. */
-export const replayAllDead = `UPDATE oncely_events SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ?
+const REPLAY_DEAD = `UPDATE oncely_events SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ?
   WHERE status = 'dead'`;
 
-/** Params: now, now, source, event_id. */
-export const replayOneDead = `${replayAllDead} AND source = ? AND event_id = ?`;
+/** Every dead letter back to pending, its attempts from 0. */
+export const replayAllDead = (now: number): Statement => ({ text: REPLAY_DEAD, values: [now, now] });
+
+/** One dead letter back to pending, its attempts from 0. */
+export const replayOneDead = (source: string, eventId: string, now: number): Statement => ({
+  text: `${REPLAY_DEAD} AND source = ? AND event_id = ?`,
+  values: [now, now, source, eventId],
+});
 
 /** One stored event, as `EventQueue.get` returns it. */
 export interface StoredEvent {
@@ -193,11 +228,16 @@ export function toStoredEvent(r: Record<string, unknown>): StoredEvent {
   };
 }
 
-/** Params: source, event_id. */
-export const readEvent = `SELECT source, event_id, type, payload, status, attempts, next_attempt_at, lease_until,
-  last_error, received_at, updated_at FROM oncely_events WHERE source = ? AND event_id = ?`;
+export const readEvent = (source: string, eventId: string): Statement => ({
+  text: `SELECT source, event_id, type, payload, status, attempts, next_attempt_at, lease_until,
+  last_error, received_at, updated_at FROM oncely_events WHERE source = ? AND event_id = ?`,
+  values: [source, eventId],
+});
 
 /** Events not yet settled, and the earliest time one of them may be claimed. */
-export const openEvents = `SELECT COUNT(*) AS open,
+export const openEvents = (): Statement => ({
+  text: `SELECT COUNT(*) AS open,
   MIN(CASE WHEN status = 'pending' THEN next_attempt_at ELSE lease_until END) AS next_at
-  FROM oncely_events WHERE status IN ('pending', 'processing')`;
+  FROM oncely_events WHERE status IN ('pending', 'processing')`,
+  values: [],
+});

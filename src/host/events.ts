@@ -4,7 +4,7 @@ import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
-import { type Claim, WorkQueue } from '../work/index.js';
+import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { HostLog } from './context.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
@@ -56,6 +56,9 @@ const OUTCOMES: readonly EventOutcome[] = [
 // Spreads PostgreSQL's counter updates over rows, so concurrent intakes do not queue on one row lock.
 const COUNTER_SHARDS = 16;
 const MAX_ERROR_LENGTH = 2_000;
+
+const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
+const run = (sql: Sql, { text, values }: Statement) => sql.run(text, values);
 
 // Kept here too: the event queue exported it first.
 export { backoffDelay };
@@ -125,7 +128,7 @@ export class EventQueue {
     const hash = bodyHash(type, payload);
     const store = async (sql: Sql) => {
       const now = Date.now();
-      const inserted = await sql.run(q.insertEvent, [source, id, type, payload, hash, now, now, now]);
+      const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await this.count(sql, outcome);
       return outcome;
@@ -166,7 +169,7 @@ export class EventQueue {
       const claimed = await this.claimAndProcess(this.batchSize);
       await Promise.allSettled([...this.inFlight]);
       if (claimed > 0) continue;
-      const [row] = await this.db.all<{ open: number | string; next_at: number | string | null }>(q.openEvents);
+      const [row] = await all<{ open: number | string; next_at: number | string | null }>(this.db, q.openEvents());
       if (!row || Number(row.open) === 0) return;
       const now = Date.now();
       if (now >= deadline)
@@ -178,15 +181,15 @@ export class EventQueue {
 
   /** Events that used up their attempts, in the order they arrived. */
   async deadLetters(): Promise<q.DeadLetter[]> {
-    return (await this.db.all<Record<string, unknown>>(q.listDead)).map(q.toDeadLetter);
+    return (await all<Record<string, unknown>>(this.db, q.listDead())).map(q.toDeadLetter);
   }
 
   /** Puts dead letters back in the queue with the same event id and no attempts; returns how many. */
   async replay(target: readonly { source: string; id: string }[] | 'all'): Promise<number> {
     const now = Date.now();
     let replayed = 0;
-    if (target === 'all') replayed = await this.db.run(q.replayAllDead, [now, now]);
-    else for (const { source, id } of target) replayed += await this.db.run(q.replayOneDead, [now, now, source, id]);
+    if (target === 'all') replayed = await run(this.db, q.replayAllDead(now));
+    else for (const { source, id } of target) replayed += await run(this.db, q.replayOneDead(source, id, now));
     if (replayed > 0) this.wake();
     return replayed;
   }
@@ -194,7 +197,7 @@ export class EventQueue {
   /** How often each outcome happened, since the tables were created. */
   async stats(): Promise<Record<EventOutcome, number>> {
     const counts = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<EventOutcome, number>;
-    for (const row of await this.db.all<{ outcome: string; count: number | string }>(q.readCounters))
+    for (const row of await all<{ outcome: string; count: number | string }>(this.db, q.readCounters()))
       if ((OUTCOMES as readonly string[]).includes(row.outcome))
         counts[row.outcome as EventOutcome] = Number(row.count);
     return counts;
@@ -202,7 +205,7 @@ export class EventQueue {
 
   /** One stored event, or null. */
   async get(source: string, id: string): Promise<q.StoredEvent | null> {
-    const [row] = await this.db.all<Record<string, unknown>>(q.readEvent, [source, id]);
+    const [row] = await all<Record<string, unknown>>(this.db, q.readEvent(source, id));
     return row ? q.toStoredEvent(row) : null;
   }
 
@@ -299,11 +302,11 @@ export class EventQueue {
       throw new OncelyError('INVALID_ARGUMENT', `ordering.aggregate() of ${event.type} must return a non-empty string`);
     if (!Number.isSafeInteger(version))
       throw new OncelyError('INVALID_ARGUMENT', `ordering.version() of ${event.type} must return an integer`);
-    await tx.run(q.ensureVersion, [aggregate]);
-    const [stored] = await tx.all<{ version: number | string | null }>(q.readVersion(tx.dialect), [aggregate]);
+    await run(tx, q.ensureVersion(aggregate));
+    const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
     if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
     await binding.handle(event, tx);
-    await tx.run(q.writeVersion, [version, aggregate]);
+    await run(tx, q.writeVersion(version, aggregate));
     return 'applied';
   }
 
@@ -337,10 +340,10 @@ export class EventQueue {
 
   /** A repeat of a stored event: a plain duplicate, or a conflict when its body differs. */
   private async repeated(sql: Sql, source: string, id: string, hash: string): Promise<'duplicate' | 'conflict'> {
-    const [row] = await sql.all<{ body_hash: string | null; type: string; payload: string | null }>(q.readBodyHash, [
-      source,
-      id,
-    ]);
+    const [row] = await all<{ body_hash: string | null; type: string; payload: string | null }>(
+      sql,
+      q.readBodyHash(source, id),
+    );
     if (!row) return 'duplicate';
     const stored = row.body_hash ?? bodyHash(row.type, row.payload ?? 'null');
     return stored === hash ? 'duplicate' : 'conflict';
@@ -348,7 +351,7 @@ export class EventQueue {
 
   private async count(tx: Sql, outcome: EventOutcome): Promise<void> {
     const shard = tx.dialect === 'postgres' ? Math.floor(Math.random() * COUNTER_SHARDS) : 0;
-    await tx.run(q.countOutcome, [outcome, shard]);
+    await run(tx, q.countOutcome(outcome, shard));
   }
 }
 
