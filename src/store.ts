@@ -28,7 +28,8 @@ export interface InsertResult {
  * leaseUntil, expiresAt). The engine writes them `relative`: milliseconds from the store's own
  * clock at the moment it applies the write (leaseUntil: the lease, expiresAt: the TTL, 0: now; a
  * null stays null). So every process measures leases and expiries by one clock, however far its
- * own is off. Without it they are absolute epoch ms, as given.
+ * own is off; `update` answers with that moment, so the writer knows the stored times exactly.
+ * Without it they are absolute epoch ms, as given.
  */
 export interface WriteOptions {
   relative?: boolean;
@@ -47,8 +48,14 @@ export interface RecordStore {
    * start a new record's fence above 1 (Redis does, so fences never go back when a record expired).
    */
   insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult>;
-  /** Applies `patch` only if the record matches `expect`; true when it did. */
-  update(id: RecordId, expect: Expectation, patch: RecordPatch, tx?: unknown, options?: WriteOptions): Promise<boolean>;
+  /** Applies `patch` if the record matches `expect`: the store's clock (epoch ms) it applied at, else null. */
+  update(
+    id: RecordId,
+    expect: Expectation,
+    patch: RecordPatch,
+    tx?: unknown,
+    options?: WriteOptions,
+  ): Promise<number | null>;
   /** Reads one record, or null. */
   get(id: RecordId, tx?: unknown): Promise<StoredRecord | null>;
   /** Deletes up to `limit` records that expired at or before `now` (never unknown or live ones); returns how many. */

@@ -1,8 +1,39 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOncely, keyFrom, type Oncely, OncelyError, type RecordStore, type StoredRecord } from '../src/index.js';
+import {
+  createOncely,
+  fingerprint,
+  keyFrom,
+  type Oncely,
+  OncelyError,
+  type RecordStore,
+  type StoredRecord,
+  type WriteOptions,
+} from '../src/index.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const RELATIVE: WriteOptions = { relative: true };
+
+/**
+ * `store` answering every update 5 ms after it applied, as over a slow network: a caller that
+ * estimated the store's clock from its own when the answer came, instead of taking the time the
+ * store applied at, would be off by that much. Closing it leaves `store` open.
+ */
+function slowToAnswer(store: RecordStore): RecordStore {
+  return {
+    kind: store.kind,
+    insertOrGet: (...args) => store.insertOrGet(...args),
+    update: async (...args) => {
+      const applied = await store.update(...args);
+      await sleep(5);
+      return applied;
+    },
+    get: (...args) => store.get(...args),
+    purgeExpired: (...args) => store.purgeExpired(...args),
+    close: async () => {},
+  };
+}
 
 /** A unique action name, so tests sharing one store never see each other's keys. */
 const action = (name: string) => `${name}-${randomUUID().slice(0, 8)}`;
@@ -207,7 +238,6 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       await store.insertOrGet(stale);
       // An expired claim with another fingerprint is still a different input: KEY_REUSED guards it.
       expect((await rejection(once.run({ action: act, key: 'T-1' }, async () => 'x'))).code).toBe('KEY_REUSED');
-      const { fingerprint } = await import('../src/index.js');
       const current = abandoned('acme', `${act}-b`, 'T-1', fingerprint({ n: 1 }));
       await store.insertOrGet(current);
       const taken = await once.run({ action: `${act}-b`, key: 'T-1', input: { n: 1 } }, async (ctx) => ({
@@ -218,7 +248,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       expect(taken.value).toEqual({ fence: 2, attempt: 2, trace: current.traceId });
       // The vanished holder (fence 1) comes back and tries to complete: refused.
       const late = await store.update(current, { fence: 1, states: ['in_progress', 'unknown'] }, { state: 'failed' });
-      expect(late).toBe(false);
+      expect(late).toBeNull();
       expect((await once.get(`${act}-b`, 'T-1'))?.state).toBe('succeeded');
     });
 
@@ -280,7 +310,6 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
     });
 
     it("turns an expired lease unknown under 'hold' until it is resolved", async () => {
-      const { fingerprint } = await import('../src/index.js');
       const act = action('money');
       const print = fingerprint({ amount: 5 });
       const hold = { action: act, input: { amount: 5 }, onLeaseExpired: 'hold' as const };
@@ -442,6 +471,100 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
         });
         expect(runs).toBe(1);
       }
+    });
+
+    it("answers an update with the store's clock it applied at, from which a relative write's times count", async () => {
+      const id = { tenant: 'acme', action: action('applied'), key: 'A-1' };
+      const claim: StoredRecord = {
+        ...id,
+        state: 'in_progress',
+        fingerprint: 'fp-applied',
+        fence: 1,
+        attempts: 1,
+        leaseUntil: 5_000,
+        result: null,
+        traceId: randomUUID(),
+        createdAt: 0,
+        updatedAt: 0,
+        completedAt: null,
+        expiresAt: 60_000,
+      };
+      const { record: claimed } = await store.insertOrGet(claim, undefined, RELATIVE);
+      const held = { fence: claimed.fence, states: ['in_progress' as const] };
+      const stale = { fence: claimed.fence - 1, states: held.states };
+      expect(await store.update(id, stale, { leaseUntil: 5_000, updatedAt: 0 }, undefined, RELATIVE)).toBeNull();
+      const renewed = await store.update(id, held, { leaseUntil: 5_000, updatedAt: 0 }, undefined, RELATIVE);
+      expect(renewed).toEqual(expect.any(Number));
+      expect(await store.get(id)).toEqual({ ...claimed, leaseUntil: Number(renewed) + 5_000, updatedAt: renewed });
+      const outcome = { state: 'succeeded' as const, result: '1', leaseUntil: null, completedAt: 0, updatedAt: 0 };
+      const done = Number(await store.update(id, held, { ...outcome, expiresAt: 60_000 }, undefined, RELATIVE));
+      expect(await store.get(id)).toEqual({
+        ...claimed,
+        ...outcome,
+        completedAt: done,
+        updatedAt: done,
+        expiresAt: done + 60_000,
+      });
+      expect(done).toBeGreaterThanOrEqual(Number(renewed));
+      // The store's clock, which on this one test host reads about as ours does.
+      expect(Math.abs(done - Date.now())).toBeLessThan(5_000);
+
+      // Concurrent writes (batched together by the stores that batch) each answer their own time.
+      const ids = Array.from({ length: 20 }, (_, i) => ({ ...id, key: `B-${i}` }));
+      const claims = await Promise.all(ids.map((k) => store.insertOrGet({ ...claim, ...k }, undefined, RELATIVE)));
+      const answers = await Promise.all(
+        claims.map(({ record }) =>
+          store.update(record, { fence: record.fence, states: held.states }, outcome, undefined, RELATIVE),
+        ),
+      );
+      const stored = await Promise.all(ids.map((k) => store.get(k)));
+      expect(stored.map((r) => [r?.updatedAt, r?.completedAt])).toEqual(answers.map((at) => [at, at]));
+      expect(answers.every((at) => typeof at === 'number')).toBe(true);
+    });
+
+    it('the record a first caller gets equals the one its replay gets, field for field', async () => {
+      // Through a store slow to answer, so a record built from anything but the time the store
+      // applied at differs by milliseconds; and with a replay cache, which keeps that record.
+      const slow = slowToAnswer(store);
+      const defaults = { ttl: '1h', lease: '5s' } as const;
+      const cached = await createOncely({ store: slow, tenant: 'acme', defaults, replayCache: 100 });
+      const act = action('same-record');
+      const stored = async (key: string) => once.get(act, key);
+
+      // A first execution, replayed from the cache, from another instance, and read.
+      const first = await cached.run({ action: act, key: 'F-1', input: { n: 1 } }, async () => 'v');
+      expect(first.replayed).toBe(false);
+      expect((await cached.run({ action: act, key: 'F-1', input: { n: 1 } }, async () => 'x')).record).toEqual(
+        first.record,
+      );
+      expect((await once.run({ action: act, key: 'F-1', input: { n: 1 } }, async () => 'x')).record).toEqual(
+        first.record,
+      );
+      expect(await stored('F-1')).toEqual(first.record);
+
+      // A function that outlives a few lease renewals.
+      const renewed = await cached.run({ action: act, key: 'F-2', lease: 60 }, async () => sleep(150));
+      expect((await once.run({ action: act, key: 'F-2', lease: 60 }, async () => 'x')).record).toEqual(renewed.record);
+
+      // A takeover of a vanished holder's claim, and a key whose record expired, claimed anew.
+      await store.insertOrGet(abandoned('acme', act, 'F-3', fingerprint(null)));
+      const taken = await cached.run({ action: act, key: 'F-3' }, async () => 'taken');
+      expect(taken.record.attempts).toBe(2);
+      expect(await stored('F-3')).toEqual(taken.record);
+      await cached.run({ action: act, key: 'F-4', ttl: 50 }, async () => 'old');
+      await sleep(80);
+      const fresh = await cached.run({ action: act, key: 'F-4', ttl: 50 }, async () => 'new');
+      expect(fresh).toMatchObject({ replayed: false, value: 'new' });
+      expect(await stored('F-4')).toEqual(fresh.record);
+
+      // A claim turned unknown under 'hold', and its resolution.
+      await store.insertOrGet(abandoned('acme', act, 'F-5', fingerprint(null)));
+      const unknown = await rejection(cached.run({ action: act, key: 'F-5', onLeaseExpired: 'hold' }, async () => 1));
+      expect(unknown.code).toBe('OUTCOME_UNKNOWN');
+      expect(await stored('F-5')).toEqual(unknown.record);
+      const resolved = await cached.resolve(act, 'F-5', { value: 'by hand' });
+      expect(await stored('F-5')).toEqual(resolved);
+      await cached.close();
     });
 
     it('runs a burst of concurrent duplicates once', async () => {

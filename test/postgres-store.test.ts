@@ -132,19 +132,21 @@ describe('postgresStore: update', () => {
     const r = record({ leaseUntil: 5_000 });
     await store.insertOrGet(r);
     const id = idOf(r);
-    expect(await store.update(id, { fence: 2, states: ['in_progress'] }, { state: 'succeeded' })).toBe(false);
-    expect(await store.update(id, { fence: 1, states: ['released'] }, { state: 'succeeded' })).toBe(false);
-    expect(await store.update(id, { fence: 1, states: ['in_progress'], leaseUntil: 4_999 }, { fence: 2 })).toBe(false);
-    expect(await store.update(id, { fence: 1, states: ['in_progress'], leaseUntil: null }, { fence: 2 })).toBe(false);
+    expect(await store.update(id, { fence: 2, states: ['in_progress'] }, { state: 'succeeded' })).toBeNull();
+    expect(await store.update(id, { fence: 1, states: ['released'] }, { state: 'succeeded' })).toBeNull();
+    expect(await store.update(id, { fence: 1, states: ['in_progress'], leaseUntil: 4_999 }, { fence: 2 })).toBeNull();
+    expect(await store.update(id, { fence: 1, states: ['in_progress'], leaseUntil: null }, { fence: 2 })).toBeNull();
     expect(await store.get(id)).toEqual(r);
     const patch = { state: 'succeeded' as const, result: '{"ok":true}', leaseUntil: null, completedAt: 6_000 };
-    expect(await store.update(id, { fence: 1, states: ['in_progress', 'unknown'], leaseUntil: 5_000 }, patch)).toBe(
-      true,
+    expect(await store.update(id, { fence: 1, states: ['in_progress', 'unknown'], leaseUntil: 5_000 }, patch)).toEqual(
+      expect.any(Number),
     );
     expect(await store.get(id)).toEqual({ ...r, ...patch });
     // A null lease is matched as null, not ignored.
-    expect(await store.update(id, { fence: 1, states: ['succeeded'], leaseUntil: null }, { attempts: 2 })).toBe(true);
-    expect(await store.update(idOf(record()), { fence: 1, states: ['in_progress'] }, { fence: 2 })).toBe(false);
+    expect(await store.update(id, { fence: 1, states: ['succeeded'], leaseUntil: null }, { attempts: 2 })).toEqual(
+      expect.any(Number),
+    );
+    expect(await store.update(idOf(record()), { fence: 1, states: ['in_progress'] }, { fence: 2 })).toBeNull();
   });
 
   it('answers each caller of a batch mixing patch shapes, ids and outcomes', async () => {
@@ -163,7 +165,10 @@ describe('postgresStore: update', () => {
       store.update(b, inProgress, { attempts: 3 }),
       store.update(b, { fence: 1, states: ['succeeded'] }, { attempts: 4 }),
     ]);
-    expect(answers).toEqual([true, true, false, true, true, true, true, false]);
+    // One statement reads the clock once: every write that applied answers the same now.
+    const now = answers[0];
+    expect(now).toEqual(expect.any(Number));
+    expect(answers).toEqual([now, now, null, now, now, now, expect.any(Number), null]);
     const read = await Promise.all(rs.map((r) => store.get(idOf(r))));
     expect(read).toEqual([
       { ...rs[0], state: 'succeeded', result: '"a"', completedAt: 2_000, expiresAt: 9_000_000 },
@@ -188,7 +193,7 @@ describe('postgresStore: update', () => {
         ),
       ),
     );
-    expect(results.filter(Boolean)).toHaveLength(1);
+    expect(results.filter((applied) => applied !== null)).toHaveLength(1);
   });
 
   it('does not deadlock when pools update overlapping keys in opposite orders', async () => {
@@ -202,7 +207,7 @@ describe('postgresStore: update', () => {
         ),
       ),
     );
-    expect(applied.every(Boolean)).toBe(true);
+    expect(applied.every((at) => at !== null)).toBe(true);
   });
 
   it('rejects a patch of a field outside the record', async () => {
@@ -267,8 +272,8 @@ describe('postgresStore: caller transactions', () => {
       const committed = record();
       await client.query('BEGIN');
       await store.insertOrGet(committed, client);
-      expect(await store.update(idOf(committed), { fence: 1, states: ['in_progress'] }, { fence: 2 }, client)).toBe(
-        true,
+      expect(await store.update(idOf(committed), { fence: 1, states: ['in_progress'] }, { fence: 2 }, client)).toEqual(
+        expect.any(Number),
       );
       await client.query('COMMIT');
       expect(await store.get(idOf(committed))).toEqual({ ...committed, fence: 2 });
@@ -336,7 +341,7 @@ describe('postgresStore: setup', () => {
     expect(results.every((r) => r.inserted)).toBe(true);
     expect(
       await Promise.all(rs.map((r) => s.update(idOf(r), { fence: 1, states: ['in_progress'] }, { fence: 2 }))),
-    ).toEqual(rs.map(() => true));
+    ).toEqual(rs.map(() => expect.any(Number)));
     expect((await s.insertOrGet(rs[0] as StoredRecord)).record.fence).toBe(2);
   });
 
@@ -402,7 +407,7 @@ describe('postgresStore: batching', () => {
         return inserted && (await s.update(idOf(r), { fence: 1, states: ['in_progress'], leaseUntil: 10_000 }, patch));
       }),
     );
-    expect(done.every(Boolean)).toBe(true);
+    expect(done.every((at) => typeof at === 'number')).toBe(true);
     expect(statements).toBeLessThanOrEqual(6);
   });
 });

@@ -108,15 +108,15 @@ describe('redis store', () => {
     const r = record({ fence: 3, leaseUntil: 1_000 });
     await store.insertOrGet(r);
     const done = { state: 'succeeded' as const, result: '{"v":1}', leaseUntil: null, completedAt: 2_000 };
-    expect(await store.update(r, { fence: 2, states: ['in_progress'] }, done)).toBe(false);
-    expect(await store.update(r, { fence: 3, states: ['released', 'unknown'] }, done)).toBe(false);
-    expect(await store.update(r, { fence: 3, states: ['in_progress'], leaseUntil: 999 }, done)).toBe(false);
-    expect(await store.update(r, { fence: 3, states: ['in_progress'], leaseUntil: null }, done)).toBe(false);
-    expect(await store.update({ ...r, key: 'absent' }, { fence: 3, states: ['in_progress'] }, done)).toBe(false);
+    expect(await store.update(r, { fence: 2, states: ['in_progress'] }, done)).toBeNull();
+    expect(await store.update(r, { fence: 3, states: ['released', 'unknown'] }, done)).toBeNull();
+    expect(await store.update(r, { fence: 3, states: ['in_progress'], leaseUntil: 999 }, done)).toBeNull();
+    expect(await store.update(r, { fence: 3, states: ['in_progress'], leaseUntil: null }, done)).toBeNull();
+    expect(await store.update({ ...r, key: 'absent' }, { fence: 3, states: ['in_progress'] }, done)).toBeNull();
     expect(await store.get(r)).toEqual(r);
 
-    expect(await store.update(r, { fence: 3, states: ['released', 'in_progress'], leaseUntil: 1_000 }, done)).toBe(
-      true,
+    expect(await store.update(r, { fence: 3, states: ['released', 'in_progress'], leaseUntil: 1_000 }, done)).toEqual(
+      expect.any(Number),
     );
     const after = await store.get(r);
     expect(after).toEqual({ ...r, ...done });
@@ -126,8 +126,10 @@ describe('redis store', () => {
     );
 
     // A null expected lease matches an absent one, and a number does not.
-    expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: 5 }, { attempts: 2 })).toBe(false);
-    expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: null }, { attempts: 2 })).toBe(true);
+    expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: 5 }, { attempts: 2 })).toBeNull();
+    expect(await store.update(r, { fence: 3, states: ['succeeded'], leaseUntil: null }, { attempts: 2 })).toEqual(
+      expect.any(Number),
+    );
     expect((await store.get(r))?.attempts).toBe(2);
   });
 
@@ -201,7 +203,7 @@ describe('redis store', () => {
     expect(taken.value).toBe(stale.fence + 1);
     // The stalled holder wakes up and completes with fence 1: refused.
     const late = { state: 'succeeded' as const, result: '{"v":"stale"}', leaseUntil: null };
-    expect(await store.update(stale, { fence: 1, states: ['in_progress', 'unknown'] }, late)).toBe(false);
+    expect(await store.update(stale, { fence: 1, states: ['in_progress', 'unknown'] }, late)).toBeNull();
     // Even once the record itself is gone (it expired), the key's next claim starts above every
     // fence issued: at Redis's clock in microseconds.
     await redis.del(recordKey(prefix, stale));
@@ -209,7 +211,7 @@ describe('redis store', () => {
     const again = await once.run({ action: stale.action, key: stale.key }, (ctx) => ctx.fence);
     expect(again.value).toBeGreaterThan(taken.value);
     expect(Math.abs(again.value - before)).toBeLessThan(5_000_000);
-    expect(await store.update(stale, { fence: 2, states: ['in_progress', 'unknown'] }, late)).toBe(false);
+    expect(await store.update(stale, { fence: 2, states: ['in_progress', 'unknown'] }, late)).toBeNull();
     const third = await once.run({ action: stale.action, key: `${stale.key}-next` }, (ctx) => ctx.fence);
     expect(third.value).toBeGreaterThan(again.value);
   });
@@ -232,6 +234,8 @@ describe('redis store', () => {
     expect(first).toMatchObject({ replayed: false, value: { charged: 1 } });
     const again = await once.run({ action: 'charge', key: first.record.key }, async () => ++runs);
     expect(again).toMatchObject({ replayed: true, value: { charged: 1 } });
+    // The retried completion's record is the stored one, times included.
+    expect(again.record).toEqual(first.record);
     expect(runs).toBe(1);
     await once.close();
     proxy.close();
@@ -318,7 +322,7 @@ describe('redis store', () => {
     const store = redisStore({ client: io, prefix });
     const r = record();
     expect(await store.insertOrGet(r)).toEqual({ inserted: true, record: r, now: expect.any(Number) });
-    expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { attempts: 2 })).toBe(true);
+    expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { attempts: 2 })).toEqual(expect.any(Number));
     expect(await store.get(r)).toEqual({ ...r, attempts: 2 });
     await store.close();
     expect(io.status).toBe('ready');
@@ -464,7 +468,10 @@ describe('redis store batches', () => {
       batched.update({ ...a, key: 'absent' }, { fence: 1, states: ['in_progress'] }, done),
     ]);
     expect(sent).toHaveLength(1);
-    expect(answers).toEqual([true, false, false, true, false, true, false]);
+    // One script run, one TIME: every write that applied answers the same now.
+    const now = answers[0];
+    expect(now).toEqual(expect.any(Number));
+    expect(answers).toEqual([now, null, null, now, null, now, null]);
     expect(await store.get(a)).toEqual({ ...a, ...done, fence: 2 });
     expect(await store.get(b)).toEqual(b);
     expect(await store.get(c)).toEqual({ ...c, attempts: 7, leaseUntil: 600 });
@@ -495,7 +502,7 @@ describe('redis store batches', () => {
       ]);
       const held = { fence: 1, states: ['in_progress' as const] };
       const updates = await Promise.allSettled([g1, bad, g2].map((r) => store.update(r, held, { attempts: 2 })));
-      expect(updates.map(outcome)).toEqual([true, wrongType, true]);
+      expect(updates.map(outcome)).toEqual([expect.any(Number), wrongType, expect.any(Number)]);
       expect((await Promise.allSettled([bad, g3].map((r) => store.get(r)))).map(outcome)).toEqual([wrongType, g3]);
       // Each kind went out as one script run: nothing was retried one by one.
       expect(sent).toHaveLength(3);

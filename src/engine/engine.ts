@@ -209,8 +209,7 @@ export class Oncely {
     const resolved = resolveOptions(this.defaults, { ttl: options.ttl });
     const record = await this.call(() => this.store.get(id));
     if (!record) throw new OncelyError('NOT_FOUND', `no record for key "${key}" of action "${action}"`);
-    const now = Date.now();
-    const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= now;
+    const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= Date.now();
     if (record.state !== 'unknown' && !stalled)
       throw new OncelyError(
         'NOT_RESOLVABLE',
@@ -242,9 +241,10 @@ export class Oncely {
       };
     // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
-    if (!(await this.call(() => this.store.update(id, expect, patch, undefined, RELATIVE))))
+    const applied = await this.call(() => this.store.update(id, expect, patch, undefined, RELATIVE));
+    if (applied === null)
       throw new OncelyError('NOT_RESOLVABLE', 'the record changed while resolving it; read it again');
-    return publicRecord(record, absolute(patch, now));
+    return publicRecord(record, absolute(patch, applied));
   }
 
   /** Deletes expired records in batches of `batchSize`; returns how many were deleted. */
@@ -309,9 +309,7 @@ export class Oncely {
         expiresAt: options.onLeaseExpired === 'hold' ? null : options.ttlMs,
       };
       const found = await this.call(() => this.store.insertOrGet(fresh, tx, RELATIVE));
-      // What the store's clock reads against this process's: the stored times are by the store's.
-      const skew = found.now - Date.now();
-      if (found.inserted) return this.execute(found.record, options, tx, fn, sent, skew);
+      if (found.inserted) return this.execute(found.record, options, tx, fn, sent);
       const record = found.record;
       // Leases and expiries are judged by the store's clock, never this process's.
       const now = found.now;
@@ -328,8 +326,8 @@ export class Oncely {
           throw new OutcomeUnknownError(publicRecord(record));
         case 'mark_unknown': {
           const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: 0 };
-          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE)))
-            throw new OutcomeUnknownError(publicRecord(record, absolute(patch, now)));
+          const applied = await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE));
+          if (applied !== null) throw new OutcomeUnknownError(publicRecord(record, absolute(patch, applied)));
           continue;
         }
         case 'take_over':
@@ -349,8 +347,9 @@ export class Oncely {
             expiresAt: fresh.expiresAt,
           };
           if (!kept) patch.createdAt = 0;
-          if (await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE))) {
-            // The claim as stored, its times by the store's clock as read (the write's own now is a little later).
+          const applied = await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE));
+          if (applied !== null) {
+            // The claim as stored: its times count from the store's clock when the write applied.
             const claimed: StoredRecord = {
               tenant: id.tenant,
               action: id.action,
@@ -359,15 +358,15 @@ export class Oncely {
               fingerprint: print,
               fence: record.fence + 1,
               attempts: patch.attempts as number,
-              leaseUntil: now + options.leaseMs,
+              leaseUntil: applied + options.leaseMs,
               result: null,
               traceId: patch.traceId as string,
-              createdAt: kept ? record.createdAt : now,
-              updatedAt: now,
+              createdAt: kept ? record.createdAt : applied,
+              updatedAt: applied,
               completedAt: null,
-              expiresAt: fresh.expiresAt === null ? null : now + fresh.expiresAt,
+              expiresAt: fresh.expiresAt === null ? null : applied + fresh.expiresAt,
             };
-            return this.execute(claimed, options, tx, fn, sent, skew);
+            return this.execute(claimed, options, tx, fn, sent);
           }
           continue;
         }
@@ -388,7 +387,6 @@ export class Oncely {
     tx: unknown,
     fn: (ctx: RunContext) => Promise<T> | T,
     claimedAt: number,
-    skew: number,
   ): Promise<RunResult<T>> {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt) : undefined;
@@ -405,7 +403,6 @@ export class Oncely {
           options,
           tx,
           keeper,
-          skew,
           undefined,
           error,
         );
@@ -414,7 +411,7 @@ export class Oncely {
         // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
         await this.store
           .update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx, RELATIVE)
-          .catch(() => false);
+          .catch(() => null);
       }
       throw error;
     }
@@ -431,7 +428,6 @@ export class Oncely {
         options,
         tx,
         keeper,
-        skew,
         undefined,
         error,
       );
@@ -449,7 +445,6 @@ export class Oncely {
         options,
         tx,
         keeper,
-        skew,
         undefined,
         error,
       );
@@ -457,14 +452,15 @@ export class Oncely {
     }
     const decoded = decodeValue<T>(result);
     const patch = finished('succeeded', result, options);
-    const done = await this.complete(record, patch, options, tx, keeper, skew, decoded, undefined);
+    const done = await this.complete(record, patch, options, tx, keeper, decoded, undefined);
     return { value: decoded, replayed: false, record: done };
   }
 
   /**
    * Writes the outcome if this caller still holds the claim (its fence). A record turned unknown
    * meanwhile is still ours to settle: the late outcome is the answer a reconciler would look for.
-   * Returns the record as written, its times by the store's clock as this process estimates it.
+   * Returns the record as written: its times count from the store's clock when the write applied,
+   * so it equals what the store holds and every replay returns, field for field.
    */
   private async complete(
     record: StoredRecord,
@@ -472,24 +468,23 @@ export class Oncely {
     options: ResolvedOptions,
     tx: unknown,
     keeper: LeaseKeeper | undefined,
-    skew: number,
     // The outcome, carried by OUTCOME_NOT_STORED if it cannot be written: a value, or a failure to store.
     value: unknown,
     failure: unknown,
   ): Promise<PublicRecord> {
     const holder: Expectation = { fence: record.fence, states: COMPLETABLE };
-    let written: boolean;
+    let applied: number | null;
     try {
-      written = await this.store.update(record, holder, patch, tx, RELATIVE);
+      applied = await this.store.update(record, holder, patch, tx, RELATIVE);
     } catch (error) {
       // The function ran: a store failure now is not "nothing ran". Inside a caller's transaction a
       // failed statement dooms it, so there is nothing to retry there.
       if (error instanceof OncelyError || tx !== undefined || !keeper)
         throw completionFailure(error, record, value, failure);
-      written = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure);
+      applied = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure);
     }
-    if (!written) throw new LeaseLostError(record.key, record.action);
-    const done = publicRecord(record, absolute(patch, Date.now() + skew));
+    if (applied === null) throw new LeaseLostError(record.key, record.action);
+    const done = publicRecord(record, absolute(patch, applied));
     if (tx === undefined) this.cache?.set(done, patch.result ?? null);
     return done;
   }
@@ -498,6 +493,7 @@ export class Oncely {
    * Retries a completion the store failed, with backoff, for `completionRetry`, renewing the lease
    * meanwhile so nobody takes the claim over while its outcome is on the way. A write whose answer
    * was lost may have landed: a refusal is checked against the record before it counts as lost.
+   * Answers the store's clock the completion applied at, or null when the claim was lost.
    */
   private async retryCompletion(
     record: StoredRecord,
@@ -508,7 +504,7 @@ export class Oncely {
     first: unknown,
     value: unknown,
     failure: unknown,
-  ): Promise<boolean> {
+  ): Promise<number | null> {
     const deadline = Date.now() + options.completionRetryMs;
     let pause = COMPLETION_RETRY_FIRST_MS;
     let last = first;
@@ -518,9 +514,13 @@ export class Oncely {
         await sleep(Math.min(pause, Math.max(deadline - Date.now(), 1)));
         pause = Math.min(pause * 2, COMPLETION_RETRY_MAX_MS);
         try {
-          if (await this.store.update(record, holder, patch, undefined, RELATIVE)) return true;
+          const applied = await this.store.update(record, holder, patch, undefined, RELATIVE);
+          if (applied !== null) return applied;
           const stored = await this.store.get(record);
-          return stored?.fence === record.fence && stored.state === patch.state && stored.result === patch.result;
+          // An earlier attempt landed: it set updatedAt to the time it applied at (0 from its now).
+          const landed =
+            stored?.fence === record.fence && stored.state === patch.state && stored.result === patch.result;
+          return landed ? stored.updatedAt : null;
         } catch (error) {
           if (error instanceof OncelyError) throw error;
           last = error;

@@ -71,7 +71,7 @@ export class LeaseKeeper {
   private async write(sent: number): Promise<void> {
     const patch: RecordPatch = { leaseUntil: this.leaseMs, updatedAt: 0 };
     try {
-      const kept = await this.store.update(
+      const applied = await this.store.update(
         this.record,
         { fence: this.record.fence, states: ['in_progress'] },
         patch,
@@ -80,7 +80,7 @@ export class LeaseKeeper {
       );
       // A renewal answered after the function settled (and its outcome was written) has nothing to keep.
       if (this.stopped) return;
-      if (kept) this.expires = sent + this.leaseMs;
+      if (applied !== null) this.expires = sent + this.leaseMs;
       else this.lose();
     } catch {
       // A store outage is not a takeover; only give up once the lease has really run out.

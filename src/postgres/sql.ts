@@ -192,8 +192,8 @@ ON r.tenant = v.tenant AND r.action = v.action AND r.key = v.key`,
 }
 
 /**
- * Applies one patch if the record matches the expectation; a returned row means it did.
- * `relative`: the patch's times are ms from the clock's now (see WriteOptions).
+ * Applies one patch if the record matches the expectation; a returned row (the clock's `now` the
+ * write used) means it did. `relative`: the patch's times are ms from that now (see WriteOptions).
  */
 export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: RecordPatch, relative: boolean): Query {
   const mask = patchMask(patch);
@@ -212,8 +212,11 @@ export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: Re
     values.push(expect.leaseUntil);
     where += ` AND r.lease_until IS NOT DISTINCT FROM $${values.length}::bigint`;
   }
-  const clock = relative ? ` FROM (SELECT ${CLOCK} AS now) c` : '';
-  return { text: `UPDATE ${n.records} r SET ${sets.join(', ')}${clock} WHERE ${where} RETURNING r.key`, values };
+  // The clock is read once for the row: the times it sets and the now it returns are one value.
+  return {
+    text: `UPDATE ${n.records} r SET ${sets.join(', ')} FROM (SELECT ${CLOCK} AS now) c WHERE ${where} RETURNING c.now`,
+    values,
+  };
 }
 
 /** One conditional write of a batch. */
@@ -225,7 +228,10 @@ export interface UpdateItem {
   relative: boolean;
 }
 
-/** Applies many conditional writes (distinct ids) at once; returns the positions (1-based) that applied. */
+/**
+ * Applies many conditional writes (distinct ids) at once; returns the positions (1-based) that
+ * applied, each with the clock's `now` (read once for the statement) its relative times count from.
+ */
 export function updateMany(n: Names, items: readonly UpdateItem[]): Query {
   const patchArrays = PATCHABLE.map(([, , type], i) => `$${i + 10}::${type}[]`).join(', ');
   const patchColumns = PATCHABLE.map(([, column]) => column).join(', ');
@@ -263,7 +269,7 @@ FROM c, v JOIN locked l ON l.tenant = v.tenant AND l.action = v.action AND l.key
 WHERE r.tenant = v.tenant AND r.action = v.action AND r.key = v.key
   AND r.fence = v.expect_fence AND r.state = ANY(string_to_array(v.expect_states, ','))
   AND (NOT v.check_lease OR r.lease_until IS NOT DISTINCT FROM v.expect_lease)
-RETURNING v.i`,
+RETURNING v.i, c.now`,
     values,
   };
 }

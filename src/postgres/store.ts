@@ -72,6 +72,9 @@ const isItemError = (error: unknown): boolean => {
   return typeof code === 'string' && (code.startsWith('22') || code.startsWith('23'));
 };
 
+/** A returned row's `now`, the clock's ms: a bigint, so a string unless the pool parses it. */
+const rowNow = (row: unknown): number => Number((row as { now: string | number }).now);
+
 /** A record to insert, and whether its times are relative to the database's clock (see WriteOptions). */
 interface Insert {
   record: StoredRecord;
@@ -114,7 +117,7 @@ async function insertSome(db: PgQueryable, n: sql.Names, inserts: Insert[]): Pro
     const { rows: insertedRows } = await db.query(insert.text, insert.values);
     // Each inserted row carries the clock's now at the write, which a relative record's times count from.
     const inserted = new Map<string, number>();
-    for (const row of insertedRows) inserted.set(idKey(row as RecordId), Number((row as { now: string | number }).now));
+    for (const row of insertedRows) inserted.set(idKey(row as RecordId), rowNow(row));
     const conflicts = [];
     for (const p of pending) {
       const now = inserted.get(idKey(p.record));
@@ -152,27 +155,25 @@ async function selectAll(
   const select = ids.length === 1 ? sql.selectOne(n, ids[0] as RecordId) : sql.selectMany(n, ids);
   const { rows } = await db.query(select.text, select.values);
   return new Map(
-    rows.map((row) => [
-      idKey(row as RecordId),
-      { record: sql.toRecord(row as sql.RecordRow), now: Number((row as { now: string | number }).now) },
-    ]),
+    rows.map((row) => [idKey(row as RecordId), { record: sql.toRecord(row as sql.RecordRow), now: rowNow(row) }]),
   );
 }
 
 /** One conditional write of a batch, checked before it is queued. */
 type UpdateItem = sql.UpdateItem;
 
-/** Applies conditional writes with distinct ids; answers in item order. */
-async function updateAll(db: PgQueryable, n: sql.Names, items: UpdateItem[]): Promise<boolean[]> {
+/** Applies conditional writes with distinct ids; answers in item order: the clock's now each applied at, or null. */
+async function updateAll(db: PgQueryable, n: sql.Names, items: UpdateItem[]): Promise<(number | null)[]> {
   if (items.length === 1) {
     const { id, expect, patch, relative } = items[0] as UpdateItem;
     const update = sql.updateOne(n, id, expect, patch, relative);
-    return [(await db.query(update.text, update.values)).rows.length > 0];
+    const { rows } = await db.query(update.text, update.values);
+    return [rows.length > 0 ? rowNow(rows[0]) : null];
   }
   const update = sql.updateMany(n, items);
   const { rows } = await db.query(update.text, update.values);
-  const answers = items.map(() => false);
-  for (const row of rows) answers[Number((row as { i: string | number }).i) - 1] = true;
+  const answers: (number | null)[] = items.map(() => null);
+  for (const row of rows) answers[Number((row as { i: string | number }).i) - 1] = rowNow(row);
   return answers;
 }
 
@@ -229,7 +230,7 @@ class PgRecordStore implements PostgresStore {
   private migrated: Promise<void> | undefined;
   private closed = false;
   private readonly inserts: Batcher<Insert, InsertResult> | undefined;
-  private readonly updates: Batcher<UpdateItem, boolean> | undefined;
+  private readonly updates: Batcher<UpdateItem, number | null> | undefined;
   private readonly gets: Batcher<RecordId, StoredRecord | null> | undefined;
 
   constructor(
@@ -279,7 +280,7 @@ class PgRecordStore implements PostgresStore {
     patch: RecordPatch,
     tx?: unknown,
     options?: WriteOptions,
-  ): Promise<boolean> {
+  ): Promise<number | null> {
     // Checked here, so a bad patch fails its caller alone and never a whole batch.
     sql.patchMask(patch);
     const item = {
@@ -291,10 +292,10 @@ class PgRecordStore implements PostgresStore {
     if (tx != null) {
       const client = watched(asClient(tx));
       await this.ready();
-      return (await updateAll(client, this.names, [item]))[0] as boolean;
+      return (await updateAll(client, this.names, [item]))[0] as number | null;
     }
     if (this.updates) return this.updates.push(item);
-    return (await updateAll(await this.ready(), this.names, [item]))[0] as boolean;
+    return (await updateAll(await this.ready(), this.names, [item]))[0] as number | null;
   }
 
   async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {

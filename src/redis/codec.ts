@@ -121,9 +121,11 @@ export function insertAnswer(
   return { inserted: true, record: stored, now };
 }
 
-/** One record's answer to UPDATE: whether it applied, or an error of that record. */
-export function updateAnswer(answer: unknown): boolean | Error {
-  return answer instanceof Error ? answer : Number(answer) === 1;
+/** One record's answer to UPDATE: Redis's now (ms) when it applied, null when it did not, or an error of that record. */
+export function updateAnswer(answer: unknown): number | null | Error {
+  if (answer instanceof Error) return answer;
+  const now = Number(answer);
+  return now === 0 ? null : now;
 }
 
 /** One record's answer to GET: the record, null, or an error of that record. */

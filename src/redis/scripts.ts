@@ -138,9 +138,10 @@ return out
  *      now ('0' absolute), then '|' and the allowed states each followed by '|', all joined by '|'
  *      (`3|0||1||in_progress|unknown|`);
  *   2. the patch: a record in the stored layout where '~' keeps a field as it is.
- * Answers per key: 1 when the write applied, 0 when the record is missing or did not match, or an
- * error. Writes to one key are applied in order, each checked against the record the previous
- * one left: the same as separate calls in that order, so one batch may carry several per key.
+ * Answers per key: Redis's now in ms when the write applied (what its relative times count from),
+ * 0 when the record is missing or did not match, or an error. Writes to one key are applied in
+ * order, each checked against the record the previous one left: the same as separate calls in
+ * that order, so one batch may carry several per key.
  */
 export const UPDATE = script(`${PRELUDE}
 local function update(key, expect, patch)
@@ -162,7 +163,7 @@ ${FIELDS.map((name, i) => `  if ${PATCHED[i]} ~= '~' then ${name} = ${PATCHED[i]
   local at = expiry(state, leaseUntil, expiresAt)
   value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
   if at then redis.call('SET', key, value, 'PXAT', at) else redis.call('SET', key, value) end
-  return 1
+  return now
 end
 local out = {}
 for i = 1, #KEYS do

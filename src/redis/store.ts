@@ -200,7 +200,7 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
     return out;
   }
 
-  async function updateMany(items: Update[]): Promise<(boolean | Error)[]> {
+  async function updateMany(items: Update[]): Promise<(number | null | Error)[]> {
     const args = command(UPDATE, items.length);
     for (const item of items) args.push(recordKey(prefix, item.id));
     for (const item of items) args.push(item.expect, item.patch);
@@ -245,7 +245,7 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
       patch: RecordPatch,
       tx?: unknown,
       options?: WriteOptions,
-    ): Promise<boolean> {
+    ): Promise<number | null> {
       return rejecting(() => {
         refuseTransaction(tx);
         return updates.push({

@@ -105,7 +105,7 @@ export class SqliteStore implements RecordStore {
     patch: RecordPatch,
     tx?: unknown,
     options?: WriteOptions,
-  ): Promise<boolean> {
+  ): Promise<number | null> {
     const db = this.target(tx);
     const statement = this.updateStatement(db, patch, expect);
     // Assigned rather than spread: on Node 20 a spread followed by literal members is ~100x slower.
@@ -118,15 +118,16 @@ export class SqliteStore implements RecordStore {
     });
     if ('leaseUntil' in expect) params.e_lease = expect.leaseUntil ?? null;
     const relative = options?.relative === true;
-    const attempt = () => {
+    const attempt = (): number | null => {
+      // Taken when the write applies (in the group commit): the relative times count from it.
+      const now = Date.now();
       if (relative) {
-        const now = Date.now();
         for (const field of TIMES) {
           const ms = params[field];
           if (typeof ms === 'number') params[field] = now + ms;
         }
       }
-      return statement.run(params).changes === 1;
+      return statement.run(params).changes === 1 ? now : null;
     };
     return tx === undefined ? this.enqueue(attempt) : attempt();
   }
