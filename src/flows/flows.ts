@@ -8,7 +8,7 @@ import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
 import { type ExecutionOutcome, executeFlow } from './execution.js';
 import * as q from './sql.js';
-import { FLOW_WORK, justStarted, migrateFlowTables, runnable } from './tables.js';
+import { FLOW_WORK, JUST_STARTED, migrateFlowTables, runnable } from './tables.js';
 
 /** Options of `createFlows`. */
 export interface FlowsOptions {
@@ -283,7 +283,7 @@ export class Flows {
 
   /** Claims one just-started flow for this process. */
   private async claimOne(workflowId: string): Promise<void> {
-    const [claim] = await this.work.claim(1, justStarted(workflowId));
+    const claim = await this.work.claimRow([workflowId], JUST_STARTED);
     if (claim) this.launch(claim);
   }
 

@@ -1,6 +1,6 @@
 import { type Migrations, migrate } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
-import type { ClaimScope, WorkTable } from '../work/index.js';
+import type { ClaimScope, Statement, WorkTable } from '../work/index.js';
 
 /** The flow tables as the first version created them (adopted as version 1). */
 const FIRST_TABLES = [
@@ -79,8 +79,5 @@ export const runnable = (names: readonly string[], now: number): ClaimScope => (
   ready: { text: "status = 'pending' OR (status = 'waiting' AND wake_at <= ?)", values: [now] },
 });
 
-/** One flow just started, to run at once. */
-export const justStarted = (workflowId: string): ClaimScope => ({
-  scope: { text: 'workflow_id = ?', values: [workflowId] },
-  ready: { text: "status = 'pending'", values: [] },
-});
+/** A flow just started, claimed to run at once. */
+export const JUST_STARTED: Statement = { text: "status = 'pending'", values: [] };

@@ -44,6 +44,22 @@ export interface ClaimScope {
   ready: Statement;
 }
 
+/** What every claim sets: held, one more attempt, the next fence, a lease. */
+function claimSets(t: WorkTable, now: number, leaseUntil: number) {
+  const sets = [`status = ?`, `${t.attempts} = ${t.attempts} + 1`, 'fence = fence + 1', 'lease_until = ?'];
+  const values: unknown[] = [t.held, leaseUntil];
+  if (t.reclaimNote) {
+    const { column } = t.reclaimNote;
+    sets.push(`${column} = CASE WHEN status = ? THEN ? ELSE ${column} END`);
+    values.push(t.held, t.reclaimNote.text);
+  }
+  if (t.touched) {
+    sets.push(`${t.touched} = ?`);
+    values.push(now);
+  }
+  return { sets, values };
+}
+
 /**
  * Claims up to `limit` rows in one statement: PostgreSQL skips rows other workers hold locked;
  * SQLite's write lock serializes the claims of processes sharing the file.
@@ -56,17 +72,7 @@ export function claim(
   leaseUntil: number,
   limit: number,
 ): Statement {
-  const sets = [`status = ?`, `${t.attempts} = ${t.attempts} + 1`, 'fence = fence + 1', 'lease_until = ?'];
-  const values: unknown[] = [t.held, leaseUntil];
-  if (t.reclaimNote) {
-    const { column } = t.reclaimNote;
-    sets.push(`${column} = CASE WHEN status = ? THEN ? ELSE ${column} END`);
-    values.push(t.held, t.reclaimNote.text);
-  }
-  if (t.touched) {
-    sets.push(`${t.touched} = ?`);
-    values.push(now);
-  }
+  const { sets, values } = claimSets(t, now, leaseUntil);
   const key = t.key.join(', ');
   const where = [`((${ready.text}) OR (status = ? AND lease_until <= ?))`];
   const whereValues = [...ready.values, t.held, now];
@@ -82,6 +88,26 @@ export function claim(
       )
       RETURNING ${[...t.key, t.attempts, 'fence', ...t.returning].join(', ')}`,
     values: [...values, ...whereValues, limit],
+  };
+}
+
+/**
+ * Claims one row known by its key, if it is `ready` or held with a lease run out. Without the
+ * claim's subquery: a worker taking the row it just started pays one primary-key update.
+ */
+export function claimRow(
+  t: WorkTable,
+  key: readonly unknown[],
+  ready: Statement,
+  now: number,
+  leaseUntil: number,
+): Statement {
+  const { sets, values } = claimSets(t, now, leaseUntil);
+  return {
+    text: `UPDATE ${t.table} SET ${sets.join(', ')}
+      WHERE ${t.key.map((c) => `${c} = ?`).join(' AND ')} AND ((${ready.text}) OR (status = ? AND lease_until <= ?))
+      RETURNING ${[...t.key, t.attempts, 'fence', ...t.returning].join(', ')}`,
+    values: [...values, ...key, ...ready.values, t.held, now],
   };
 }
 

@@ -66,7 +66,17 @@ export class WorkQueue<R> {
   async claim(n: number, scope: q.ClaimScope, sql: Sql = this.db): Promise<Claim<R>[]> {
     const now = Date.now();
     const { text, values } = q.claim(this.table, sql.dialect, scope, now, now + this.leaseMs, n);
-    const rows = await sql.all<Record<string, unknown>>(text, values);
+    return this.claimed(await sql.all<Record<string, unknown>>(text, values));
+  }
+
+  /** Claims the row with this key if it is `ready` (or its holder's lease ran out); null if not. */
+  async claimRow(key: readonly unknown[], ready: q.Statement, sql: Sql = this.db): Promise<Claim<R> | null> {
+    const now = Date.now();
+    const { text, values } = q.claimRow(this.table, key, ready, now, now + this.leaseMs);
+    return this.claimed(await sql.all<Record<string, unknown>>(text, values))[0] ?? null;
+  }
+
+  private claimed(rows: Record<string, unknown>[]): Claim<R>[] {
     return rows.map((row) => ({
       key: this.table.key.map((column) => row[column]),
       attempts: Number(row[this.table.attempts]),

@@ -116,6 +116,20 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       expect(await db.all('SELECT status, done_by FROM work_items')).toEqual([{ status: 'done', done_by: 'next' }]);
     });
 
+    it('claims one row by its key: when ready, not while held, again once the lease ran out', async () => {
+      target = targets[dialect]();
+      const db = await open();
+      await seed(db, 2);
+      const work = new WorkQueue<{ id: string }>(db, ITEMS, { leaseMs: 50 });
+      const ready = due().ready;
+      const first = await work.claimRow(['item-001'], ready);
+      expect(first).toMatchObject({ key: ['item-001'], attempts: 1, fence: 1 });
+      expect(await work.claimRow(['item-001'], ready)).toBeNull();
+      await sleep(80);
+      expect(await work.claimRow(['item-001'], ready)).toMatchObject({ attempts: 2, fence: 2 });
+      expect(await db.all("SELECT id FROM work_items WHERE status = 'pending'")).toEqual([{ id: 'item-000' }]);
+    });
+
     it('fails with backoff, dead-letters after maxAttempts, and gives back a released claim uncounted', async () => {
       target = targets[dialect]();
       const db = await open();
