@@ -1,43 +1,16 @@
 import { LeaseLostError } from '../core/errors.js';
 import type { StoredRecord } from '../core/record.js';
+import { keepRenewing, type Renewable, renewalPeriod, stopRenewing } from '../core/renewals.js';
 import type { RecordPatch, RecordStore, WriteOptions } from '../store.js';
 
 // Renewals write the lease as a duration from the store's clock (see WriteOptions).
 const RELATIVE: WriteOptions = { relative: true };
 
-// Every running execution's keeper, renewed by one timer armed for the earliest renewal due. A
-// timer per execution cost more than the rest of a short execution; most finish long before
-// their first renewal, so they only ever join and leave this set.
-const running = new Set<LeaseKeeper>();
-let timer: NodeJS.Timeout | undefined;
-let armedFor = Number.POSITIVE_INFINITY;
-
-function arm(at: number): void {
-  if (timer && at >= armedFor) return;
-  if (timer) clearTimeout(timer);
-  armedFor = at;
-  // unref: a running execution keeps the process alive through its own promise, not this timer.
-  timer = setTimeout(renewDue, Math.max(at - Date.now(), 1));
-  timer.unref();
-}
-
-function renewDue(): void {
-  timer = undefined;
-  armedFor = Number.POSITIVE_INFINITY;
-  const now = Date.now();
-  let next = Number.POSITIVE_INFINITY;
-  for (const keeper of running) {
-    if (keeper.dueAt <= now) keeper.renew(now);
-    if (keeper.dueAt < next) next = keeper.dueAt;
-  }
-  if (next !== Number.POSITIVE_INFINITY) arm(next);
-}
-
 /**
  * Keeps a claim alive while its function runs: renews the lease every third of its length, and
  * aborts `signal` when a renewal finds the claim taken over or the lease ran out unrenewed.
  */
-export class LeaseKeeper {
+export class LeaseKeeper implements Renewable {
   // Created on first use: an AbortController per execution costs more than the rest of the engine.
   private controller: AbortController | undefined;
   private lost: LeaseLostError | undefined;
@@ -56,10 +29,9 @@ export class LeaseKeeper {
     claimedAt: number,
   ) {
     this.expires = claimedAt + leaseMs;
-    this.period = Math.max(Math.floor(leaseMs / 3), 5);
+    this.period = renewalPeriod(leaseMs);
     this.dueAt = Date.now() + this.period;
-    running.add(this);
-    arm(this.dueAt);
+    keepRenewing(this);
   }
 
   /** Renews now, and schedules the next renewal a period later whatever this one's outcome. */
@@ -107,7 +79,7 @@ export class LeaseKeeper {
   /** Stops renewing; called once the function settled. */
   stop(): void {
     this.stopped = true;
-    running.delete(this);
+    stopRenewing(this);
   }
 
   /** Renews again (from now on) while a failed completion is retried, so the claim is kept meanwhile. */
@@ -115,7 +87,6 @@ export class LeaseKeeper {
     if (this.lost) return;
     this.stopped = false;
     this.dueAt = Date.now();
-    running.add(this);
-    arm(this.dueAt);
+    keepRenewing(this);
   }
 }
