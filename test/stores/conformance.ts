@@ -9,7 +9,7 @@ import {
   type RecordStore,
   type StoredRecord,
   type WriteOptions,
-} from '../src/index.js';
+} from '../../src/index.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -397,7 +397,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
     it('gives the function a context with stable ids across retries', async () => {
       const act = action('ctx');
       const seen: { id: string; req: string; sub: string; key: string; tenant: string }[] = [];
-      const fn = async (ctx: import('../src/index.js').RunContext) => {
+      const fn = async (ctx: import('../../src/index.js').RunContext) => {
         seen.push({
           id: ctx.stableId('sms'),
           req: ctx.requestId,

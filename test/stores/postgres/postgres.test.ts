@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { createOncely, type OncelyError } from '../src/index.js';
-import { postgresStore } from '../src/postgres/index.js';
-import { describeConformance } from './conformance.js';
-import { dropSchema, freshSchema, POSTGRES_URL, testPool } from './support/postgres.js';
+import { createOncely, type OncelyError } from '../../../src/index.js';
+import { postgresStore } from '../../../src/postgres/index.js';
+import { dropSchema, freshSchema, POSTGRES_URL, testPool } from '../../support/postgres.js';
+import { describeConformance } from '../conformance.js';
 
 const schema = freshSchema();
 const pool = testPool();

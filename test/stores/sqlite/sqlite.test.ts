@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createOncely } from '../src/index.js';
-import { sqliteStore } from '../src/sqlite/index.js';
-import { describeConformance } from './conformance.js';
+import { createOncely } from '../../../src/index.js';
+import { sqliteStore } from '../../../src/sqlite/index.js';
+import { describeConformance } from '../conformance.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'oncely-sqlite-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,9 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createOncely, type OncelyError } from '../src/index.js';
-import { sqliteStore } from '../src/sqlite/index.js';
-import type { RecordStore } from '../src/store.js';
+import { createOncely, type OncelyError } from '../../src/index.js';
+import { sqliteStore } from '../../src/sqlite/index.js';
+import type { RecordStore } from '../../src/store.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'oncely-cache-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

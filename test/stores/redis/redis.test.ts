@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { createOncely } from '../src/index.js';
-import { redisStore } from '../src/redis/index.js';
-import { describeConformance } from './conformance.js';
-import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from './support/redis.js';
+import { createOncely } from '../../../src/index.js';
+import { redisStore } from '../../../src/redis/index.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../../support/redis.js';
+import { describeConformance } from '../conformance.js';
 
 const prefix = freshPrefix();
 const client = await connectRedis();

@@ -4,9 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createOncely, type Oncely } from '../src/index.js';
-import { startWorker } from './support/spawn.js';
-import { openStore, type StoreSpec } from './support/stores.js';
+import { createOncely, type Oncely } from '../../src/index.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
+import { startWorker } from '../support/spawn.js';
+import { openStore, type StoreSpec } from '../support/stores.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -32,7 +34,7 @@ function makeSink(): { path: string; effects(key: string): number; calls(key: st
 }
 
 /** The many-process promise, against one store: concurrency across processes, and kill -9 at each window. */
-export function describeProcesses(
+function describeProcesses(
   name: string,
   makeSpec: () => Promise<StoreSpec> | StoreSpec,
   cleanup?: () => Promise<void>,
@@ -174,7 +176,7 @@ export function describeProcesses(
  * Processes whose clocks disagree, sharing one store that has a clock of its own (PostgreSQL,
  * Redis). SQLite is one host, one clock, so it is not among them.
  */
-export function describeClockSkew(name: string, makeSpec: () => StoreSpec, cleanup?: () => Promise<void>) {
+function describeClockSkew(name: string, makeSpec: () => StoreSpec, cleanup?: () => Promise<void>) {
   describe(`clock skew: ${name}`, () => {
     afterAll(async () => {
       await cleanup?.();
@@ -219,4 +221,54 @@ export function describeClockSkew(name: string, makeSpec: () => StoreSpec, clean
       await once.close();
     });
   });
+}
+
+/** One store each: where its processes meet, and how its leftovers are dropped after the suite. */
+const stores: {
+  name: string;
+  spec: () => StoreSpec;
+  cleanup?: () => Promise<void>;
+  /** Only stores with a clock of their own (PostgreSQL, Redis) run the clock-skew suite. */
+  skew?: { spec: () => StoreSpec; cleanup: () => Promise<void> };
+}[] = [
+  {
+    name: 'sqlite',
+    spec: () => ({ kind: 'sqlite', path: join(mkdtempSync(join(tmpdir(), 'oncely-proc-')), 'shared.db') }),
+  },
+  (() => {
+    const schema = freshSchema();
+    const skewSchema = freshSchema();
+    return {
+      name: 'postgres',
+      spec: (): StoreSpec => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
+      cleanup: () => dropSchema(schema),
+      skew: {
+        spec: (): StoreSpec => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema: skewSchema }),
+        cleanup: () => dropSchema(skewSchema),
+      },
+    };
+  })(),
+  (() => {
+    const prefix = freshPrefix();
+    const skewPrefix = freshPrefix();
+    const drop = (p: string) => async () => {
+      const client = await connectRedis();
+      await dropPrefix(client, p);
+      await client.close();
+    };
+    return {
+      name: 'redis',
+      spec: (): StoreSpec => ({ kind: 'redis', url: REDIS_URL, prefix }),
+      cleanup: drop(prefix),
+      skew: {
+        spec: (): StoreSpec => ({ kind: 'redis', url: REDIS_URL, prefix: skewPrefix }),
+        cleanup: drop(skewPrefix),
+      },
+    };
+  })(),
+];
+
+for (const store of stores) {
+  describeProcesses(store.name, store.spec, store.cleanup);
+  if (store.skew) describeClockSkew(store.name, store.skew.spec, store.skew.cleanup);
 }

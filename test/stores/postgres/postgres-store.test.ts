@@ -1,10 +1,10 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Batcher } from '../src/core/batcher.js';
-import { InvalidArgumentError, OncelyError } from '../src/core/errors.js';
-import type { RecordId, StoredRecord } from '../src/core/record.js';
-import { type PgPool, type PostgresStore, postgresStore } from '../src/postgres/index.js';
-import { dropSchema, freshSchema, POSTGRES_URL, testPool } from './support/postgres.js';
+import { Batcher } from '../../../src/core/batcher.js';
+import { InvalidArgumentError, OncelyError } from '../../../src/core/errors.js';
+import type { RecordId, StoredRecord } from '../../../src/core/record.js';
+import { type PgPool, type PostgresStore, postgresStore } from '../../../src/postgres/index.js';
+import { dropSchema, freshSchema, POSTGRES_URL, testPool } from '../../support/postgres.js';
 
 const schema = freshSchema();
 const pools: pg.Pool[] = [];
