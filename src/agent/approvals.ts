@@ -95,7 +95,7 @@ export async function requestApproval(
  * Moves a pending approval to `to`, if it is still pending and (for approvals) not expired; one
  * caller wins. A late decision turns it `expired` instead. Returns the approval as it now stands.
  */
-export async function decide(
+export async function decideApproval(
   db: Db,
   id: string,
   to: 'approved' | 'rejected',

@@ -6,7 +6,14 @@ import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import type { Db } from '../db/types.js';
 import type { Oncely } from '../engine/engine.js';
-import { type Approval, decide, expireIfDue, getApproval, listApprovals, requestApproval } from './approvals.js';
+import {
+  type Approval,
+  decideApproval,
+  expireIfDue,
+  getApproval,
+  listApprovals,
+  requestApproval,
+} from './approvals.js';
 import { Credits } from './credits.js';
 import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.js';
 import { migrateAgentTables } from './tables.js';
@@ -128,7 +135,7 @@ export class AgentRuntime {
   async approve(approvalId: string, by: { approver: string }): Promise<ToolEnvelope> {
     const requestId = randomUUID();
     if (!by?.approver) throw new InvalidArgumentError('approve needs { approver }');
-    const approval = await decide(this.options.db, approvalId, 'approved', by.approver, null);
+    const approval = await decideApproval(this.options.db, approvalId, 'approved', by.approver, null);
     if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
     const tool = this.tools.get(approval.tool);
     if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
@@ -151,7 +158,7 @@ export class AgentRuntime {
   /** Rejects a pending approval; who and when are kept. */
   async reject(approvalId: string, by: { approver: string; reason?: string }): Promise<ToolEnvelope> {
     const requestId = randomUUID();
-    const approval = await decide(this.options.db, approvalId, 'rejected', by.approver, by.reason ?? null);
+    const approval = await decideApproval(this.options.db, approvalId, 'rejected', by.approver, by.reason ?? null);
     if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
     return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
   }

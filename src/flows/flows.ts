@@ -6,7 +6,7 @@ import { keyFrom, validateKey } from '../core/key.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
-import { type ExecutionOutcome, executeFlow } from './execution.js';
+import { type ExecutionOutcome, executeFlow } from './replay.js';
 import * as q from './sql.js';
 import { FLOW_WORK, JUST_STARTED, migrateFlowTables, runnable } from './tables.js';
 

@@ -7,5 +7,5 @@ export {
   type StepContext,
   type StepOptions,
 } from './define.js';
-export { StepFailed } from './execution.js';
 export { createFlows, type FlowRecord, Flows, type FlowsOptions } from './flows.js';
+export { StepFailed } from './replay.js';

@@ -126,14 +126,14 @@ export class EventQueue {
       throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
     const payload = JSON.stringify(data ?? null);
     const hash = bodyHash(type, payload);
-    const store = async (sql: Sql) => {
+    const insert = async (sql: Sql) => {
       const now = Date.now();
       const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await this.count(sql, outcome);
       return outcome;
     };
-    const outcome = tx ? await store(tx) : await this.db.transaction(store);
+    const outcome = tx ? await insert(tx) : await this.db.transaction(insert);
     if (outcome === 'accepted') this.wake();
     if (outcome === 'conflict')
       this.onConflict(

@@ -3,12 +3,12 @@ import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunResult } from '../engine/engine.js';
-import { Claimed, type Execution, type KeepPolicy } from './execution.js';
+import { Claimed, type Execution, type KeepPolicy } from './claim.js';
 import { readKeyHeader } from './header.js';
 import { problemFor } from './problem.js';
 import { decodeResponse, type HttpResponse, type StoredResponse, withExpiry } from './response.js';
 
-export type { Execution } from './execution.js';
+export type { Execution } from './claim.js';
 
 /**
  * Options shared by `oncely/express`, `oncely/fastify` and `oncely/hono`; `Req` is the framework's
@@ -37,6 +37,11 @@ export interface IdempotencyOptions<Req> {
    */
   fingerprint?: readonly string[] | ((req: Req) => unknown);
   /** Which handler statuses are stored and replayed; the others release the key. Default: 2xx and 4xx. */
+  storeStatuses?: (status: number) => boolean;
+  /**
+   * The former name of `storeStatuses`, read when that is not given.
+   * @deprecated Use `storeStatuses`: "store" names the engine's record store everywhere else. Removed in the next version.
+   */
   store?: (status: number) => boolean;
   /** Response headers stored and replayed beside status and body. Default: content-type, location. */
   replayHeaders?: readonly string[];
@@ -99,7 +104,7 @@ export class IdempotencyGate<Req> {
       throw new OncelyError('INVALID_ARGUMENT', 'idempotency() needs { once }: the engine from createOncely()');
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
     this.policy = {
-      stores: options.store ?? storedByDefault,
+      stores: options.storeStatuses ?? options.store ?? storedByDefault,
       keep: (options.replayHeaders ?? DEFAULT_HEADERS).map((h) => h.toLowerCase()),
       graceMs: toMs(options.lease ?? DEFAULT_GRACE, 'lease'),
       maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY,

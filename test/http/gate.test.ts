@@ -38,4 +38,26 @@ describe('IdempotencyGate without an adapter', () => {
     if (duplicate.kind !== 'respond') throw new Error(`expected an answer, got ${duplicate.kind}`);
     expect([duplicate.response.status, codeOf(duplicate.response.body)]).toEqual([409, 'RESPONSE_NOT_STORED']);
   });
+
+  it('storeStatuses picks the statuses kept, and store, its deprecated name, still does', async () => {
+    const keptOn = async (options: { storeStatuses?: (s: number) => boolean; store?: (s: number) => boolean }) => {
+      const gate = new IdempotencyGate<null>({ once, ...options });
+      const kinds: string[] = [];
+      for (const status of [201, 422]) {
+        const key = `statuses-${++unique}`;
+        const first = await gate.begin(null, facts(key));
+        if (first.kind !== 'execute') throw new Error(`expected a claim, got ${first.kind}`);
+        await first.run.finish({ status, headers: {}, body: new Uint8Array(0) }, true);
+        const duplicate = await gate.begin(null, facts(key));
+        kinds.push(duplicate.kind);
+        if (duplicate.kind === 'execute') await duplicate.run.abandon(new Error('test done'));
+      }
+      return kinds;
+    };
+    const only2xx = (status: number) => status < 300;
+    expect(await keptOn({})).toEqual(['respond', 'respond']);
+    expect(await keptOn({ storeStatuses: only2xx })).toEqual(['respond', 'execute']);
+    expect(await keptOn({ store: only2xx })).toEqual(['respond', 'execute']);
+    expect(await keptOn({ storeStatuses: only2xx, store: () => true })).toEqual(['respond', 'execute']);
+  });
 });
