@@ -1,5 +1,6 @@
 import { rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
+import { sleep } from '../core/backoff.js';
 import { createOncely } from '../engine/engine.js';
 import { sqliteStore } from '../sqlite/index.js';
 
@@ -37,7 +38,7 @@ export async function runDemo(path: string, print: (line: string) => void): Prom
   const onOrderPaid = once.wrap(
     { action: 'order.paid', key: (e: OrderPaid) => [e.orderId, 'paid'], wait: '10s' },
     async (event, ctx) => {
-      await new Promise((r) => setTimeout(r, 150)); // the SMS gateway is slow
+      await sleep(150); // the SMS gateway is slow
       const sms = db
         .prepare('INSERT INTO sms_sent (phone, text, idempotency_key) VALUES (?, ?, ?)')
         .run(event.phone, `Order ${event.orderId} is paid`, ctx.idempotencyKey);

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { sleep } from '../core/backoff.js';
 import {
   InProgressError,
   InvalidArgumentError,
@@ -594,8 +595,4 @@ function completionFailure(error: unknown, record: StoredRecord, value: unknown,
 /** The relative patch of a finished record: completed now, expiring a TTL from now. */
 function finished(state: 'succeeded' | 'failed', result: string, options: ResolvedOptions): RecordPatch {
   return { state, result, leaseUntil: null, completedAt: 0, updatedAt: 0, expiresAt: options.ttlMs };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
