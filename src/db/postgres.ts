@@ -1,20 +1,7 @@
 import { OncelyError } from '../core/errors.js';
 import { Lru } from '../core/lru.js';
+import type { PgDriverPool, PgPoolClient, PgQueryable } from '../postgres/driver.js';
 import { type Db, type Sql, STATEMENT_CACHE_MAX, type StatementCache } from './types.js';
-
-interface PgClient {
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[]; rowCount: number | null }>;
-}
-interface PgPoolClient extends PgClient {
-  release(error?: Error | boolean): void;
-  on(event: 'error', listener: (error: Error) => void): unknown;
-  removeListener(event: 'error', listener: (error: Error) => void): unknown;
-}
-interface PgPool extends PgClient {
-  connect(callback: (error: Error | undefined, client: PgPoolClient | undefined) => void): void;
-  on(event: 'error', listener: (error: Error) => void): unknown;
-  end(): Promise<void>;
-}
 
 /** Options of openPostgres. */
 export interface PostgresOptions {
@@ -65,7 +52,7 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
   url.searchParams.delete('schema');
   const pg = await import('pg');
   // Every connection sees the app's schema first, so unqualified names resolve there.
-  const pool: PgPool = new (pg.default ?? pg).Pool({
+  const pool: PgDriverPool = new (pg.default ?? pg).Pool({
     connectionString: url.toString(),
     max: poolSize,
     options: `-c search_path=${schema}`,
@@ -84,7 +71,7 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
       sql.replace(/\?/g, () => `$${++i}`),
     );
   };
-  const over = (client: PgClient, handle: unknown): Sql => ({
+  const over = (client: PgQueryable, handle: unknown): Sql => ({
     dialect: 'postgres',
     handle,
     async all<R>(sql: string, params: readonly unknown[] = []) {
@@ -130,7 +117,7 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
       const client = await new Promise<PgPoolClient>((resolve, reject) =>
         pool.connect((error, checkedOut) => {
           if (error || !checkedOut) return reject(unavailable(error));
-          checkedOut.on('error', onError);
+          checkedOut.on?.('error', onError);
           resolve(checkedOut);
         }),
       );
@@ -156,7 +143,7 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
       } finally {
         // An error releases the connection to be destroyed, never handed to the next caller.
         client.release(broken ?? lost);
-        client.removeListener('error', onError);
+        client.off?.('error', onError);
       }
     },
     close: () => pool.end(),

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { Lru } from '../core/lru.js';
+import { GroupCommit } from './group-commit.js';
 import { type Db, type Sql, STATEMENT_CACHE_MAX, type StatementCache } from './types.js';
 
 type Row = Record<string, unknown>;
@@ -53,6 +54,12 @@ export function openSqlite(path: string): Db & StatementCache {
     return statement;
   };
   const bind = (params: readonly unknown[]) => params.map((p) => (typeof p === 'boolean' ? Number(p) : p));
+  const runNow = (sql: string, params: readonly unknown[] = []): number => {
+    const statement = prepare(sql);
+    if (!statement.reader) return statement.run(...bind(params)).changes;
+    statement.all(...bind(params));
+    return 0;
+  };
   const direct: Sql = {
     dialect: 'sqlite',
     handle: db,
@@ -60,55 +67,17 @@ export function openSqlite(path: string): Db & StatementCache {
       return exact(prepare(sql).all(...bind(params)) as Row[]) as R[];
     },
     async run(sql: string, params: readonly unknown[] = []) {
-      const statement = prepare(sql);
-      if (!statement.reader) return statement.run(...bind(params)).changes;
-      statement.all(...bind(params));
-      return 0;
+      return runNow(sql, params);
     },
   };
   // Writes outside a transaction issued in the same turn commit together: one fsync for the burst.
-  let writes: {
-    sql: string;
-    params: readonly unknown[] | undefined;
-    resolve: (n: number) => void;
-    reject: (e: unknown) => void;
-  }[] = [];
-  const flush = () =>
-    void serial(async () => {
-      const batch = writes;
-      writes = [];
-      const results: { ok: boolean; value: unknown }[] = [];
-      try {
-        db.exec('BEGIN IMMEDIATE');
-        for (const write of batch) {
-          try {
-            results.push({ ok: true, value: await direct.run(write.sql, write.params) });
-          } catch (error) {
-            results.push({ ok: false, value: error });
-          }
-        }
-        db.exec('COMMIT');
-      } catch (error) {
-        if (db.inTransaction) db.exec('ROLLBACK');
-        for (const write of batch) write.reject(error);
-        return;
-      }
-      batch.forEach((write, i) => {
-        const result = results[i];
-        if (result?.ok) write.resolve(result.value as number);
-        else write.reject(result?.value);
-      });
-    });
+  const writes = new GroupCommit(db, (commit) => void serial(commit));
   return {
     dialect: 'sqlite',
     handle: db,
     target: path,
     all: (sql, params) => serial(() => direct.all(sql, params)),
-    run: (sql, params) =>
-      new Promise<number>((resolve, reject) => {
-        writes.push({ sql, params, resolve, reject });
-        if (writes.length === 1) setImmediate(flush);
-      }),
+    run: (sql, params) => writes.push(() => runNow(sql, params)),
     exec: (script) => serial(() => void db.exec(script)),
     transaction: (fn) =>
       serial(async () => {

@@ -15,6 +15,7 @@ import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
 import { OutboxRelay } from './outbox.js';
 import { outboxMigrations } from './outbox-sql.js';
+import { migrateRecords } from './records.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
 import { readWebhook, validateSources } from './webhooks.js';
@@ -117,6 +118,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   let server: ServerType | undefined;
   const migrate = async () => {
     const hash = createHash('sha256').update(app.schemaSql).digest('hex');
+    await migrateRecords(store);
     await migrateTables(db, outboxMigrations);
     await db.transaction(async (tx) => {
       // One migrator at a time across processes: SQLite's write lock, PostgreSQL's advisory lock.

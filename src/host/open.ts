@@ -1,9 +1,9 @@
 import { join } from 'node:path';
 import { OncelyError } from '../core/errors.js';
 import { openDb } from '../db/index.js';
-import { recordStoreFor } from '../engine/on-db.js';
 import { loadApp } from './app.js';
 import { createHost, type Host } from './host.js';
+import { recordStoreFor } from './records.js';
 
 /**
  * Loads the app in `dir` and builds its host on `db` (a SQLite path or a postgres:// URL; default:

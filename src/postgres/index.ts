@@ -5,11 +5,8 @@
  * import { postgresStore } from 'oncely/postgres'
  * const store = postgresStore({ connectionString: process.env.DATABASE_URL!, schema: 'oncely' })
  */
+export type { PgPool, PgPoolClient, PgQueryable, PgResult } from './driver.js';
 export {
-  type PgPool,
-  type PgPoolClient,
-  type PgQueryable,
-  type PgResult,
   type PostgresLayout,
   type PostgresStore,
   type PostgresStoreOptions,

@@ -1,5 +1,5 @@
+import type { PgPool } from './driver.js';
 import * as sql from './sql.js';
-import type { PgPool } from './store.js';
 
 /**
  * Brings the schema to the latest version. Everything runs in one transaction under an advisory

@@ -2,33 +2,9 @@ import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
+import type { PgPool, PgQueryable } from './driver.js';
 import { migrate } from './migrate.js';
 import * as sql from './sql.js';
-
-/** What a statement returns; pg's QueryResult fits. */
-export interface PgResult {
-  rows: unknown[];
-  rowCount?: number | null;
-}
-
-/** Runs statements: a pg Pool, or a pg Client on which the caller ran BEGIN. */
-export interface PgQueryable {
-  query(text: string, values?: unknown[]): Promise<PgResult>;
-}
-
-/** A connection checked out of a pool. */
-export interface PgPoolClient extends PgQueryable {
-  release(error?: Error | boolean): void;
-  /** A pg client is an EventEmitter: 'error' when its backend dies. */
-  on?(event: 'error', listener: (error: unknown) => void): unknown;
-  off?(event: 'error', listener: (error: unknown) => void): unknown;
-}
-
-/** The few pool methods the store uses; a pg Pool fits. */
-export interface PgPool extends PgQueryable {
-  connect(): Promise<PgPoolClient>;
-  end(): Promise<void>;
-}
 
 /** Where the records live, and whether concurrent calls share statements. */
 export interface PostgresLayout {

@@ -1,6 +1,7 @@
 import { SqliteStore, type SqliteStoreOptions } from './store.js';
 
-export { type SqliteDatabase, SqliteStore, type SqliteStoreOptions } from './store.js';
+export type { SqliteDatabase } from './driver.js';
+export { SqliteStore, type SqliteStoreOptions } from './store.js';
 
 /**
  * The embedded default store: a SQLite file in WAL mode with durable commits.

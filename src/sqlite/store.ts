@@ -3,22 +3,10 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { InvalidArgumentError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import { GroupCommit } from '../db/group-commit.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
+import type { SqliteDatabase, SqliteStatement } from './driver.js';
 import { conditionalUpdate, INSERT, MIGRATIONS, PURGE, SELECT, updateShape } from './sql.js';
-
-/** The few better-sqlite3 members oncely uses, so a caller's Database can be passed as `tx`. */
-export interface SqliteDatabase {
-  prepare(sql: string): SqliteStatement;
-  exec(sql: string): unknown;
-  pragma(source: string, options?: { simple?: boolean }): unknown;
-  close(): unknown;
-  readonly inTransaction: boolean;
-}
-
-interface SqliteStatement {
-  run(...params: unknown[]): { changes: number };
-  get(...params: unknown[]): unknown;
-}
 
 /** Options of `sqliteStore`. */
 export interface SqliteStoreOptions {
@@ -39,12 +27,6 @@ interface Statements {
   updates: Map<string, SqliteStatement>;
 }
 
-interface Pending {
-  apply(): unknown;
-  resolve(value: unknown): void;
-  reject(error: unknown): void;
-}
-
 const prepared = new WeakMap<SqliteDatabase, Statements>();
 
 // The time fields of a patch; in a relative write each is milliseconds from the store's now. One
@@ -60,8 +42,7 @@ export class SqliteStore implements RecordStore {
   readonly kind = 'sqlite';
   private readonly db: SqliteDatabase;
   private readonly owned: boolean;
-  private queue: Pending[] = [];
-  private flushScheduled = false;
+  private readonly writes: GroupCommit;
 
   constructor(options: SqliteStoreOptions = {}) {
     const { path = './.oncely/oncely.db', database, durability = 'full', busyTimeoutMs = 5_000 } = options;
@@ -79,6 +60,7 @@ export class SqliteStore implements RecordStore {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma(`synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`);
     this.statements(this.db);
+    this.writes = new GroupCommit(this.db);
   }
 
   async insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
@@ -96,7 +78,7 @@ export class SqliteStore implements RecordStore {
       if (!winner) throw new Error('record vanished between insert and read');
       return { inserted: false, record: winner, now };
     };
-    return tx === undefined ? this.enqueue(attempt) : attempt();
+    return tx === undefined ? this.writes.push(attempt) : attempt();
   }
 
   async update(
@@ -129,7 +111,7 @@ export class SqliteStore implements RecordStore {
       }
       return statement.run(params).changes === 1 ? now : null;
     };
-    return tx === undefined ? this.enqueue(attempt) : attempt();
+    return tx === undefined ? this.writes.push(attempt) : attempt();
   }
 
   async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
@@ -138,52 +120,12 @@ export class SqliteStore implements RecordStore {
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {
-    return this.enqueue(() => this.statements(this.db).purge.run({ now, limit }).changes);
+    return this.writes.push(() => this.statements(this.db).purge.run({ now, limit }).changes);
   }
 
   async close(): Promise<void> {
-    this.flush();
+    this.writes.flush();
     if (this.owned) this.db.close();
-  }
-
-  /** Queues a write for the next group commit. */
-  private enqueue<R>(apply: () => R): Promise<R> {
-    return new Promise<R>((resolve, reject) => {
-      this.queue.push({ apply, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        setImmediate(() => this.flush());
-      }
-    });
-  }
-
-  /** Commits every queued write in one transaction; each caller gets its own result or error. */
-  private flush(): void {
-    this.flushScheduled = false;
-    const batch = this.queue;
-    if (batch.length === 0) return;
-    this.queue = [];
-    const results: { ok: boolean; value: unknown }[] = [];
-    try {
-      this.db.exec('BEGIN IMMEDIATE');
-      for (const item of batch) {
-        try {
-          results.push({ ok: true, value: item.apply() });
-        } catch (error) {
-          results.push({ ok: false, value: error });
-        }
-      }
-      this.db.exec('COMMIT');
-    } catch (error) {
-      if (this.db.inTransaction) this.db.exec('ROLLBACK');
-      for (const item of batch) item.reject(error);
-      return;
-    }
-    batch.forEach((item, i) => {
-      const result = results[i];
-      if (result?.ok) item.resolve(result.value);
-      else item.reject(result?.value);
-    });
   }
 
   private target(tx: unknown): SqliteDatabase {

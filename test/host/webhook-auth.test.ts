@@ -8,11 +8,11 @@ import { promisify } from 'node:util';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
-import { recordStoreFor } from '../../src/engine/on-db.js';
 import type { App, ConsumerModule } from '../../src/host/app.js';
 import type { HostConfig } from '../../src/host/config.js';
 import { EventQueue } from '../../src/host/events.js';
 import { createHost, type Host } from '../../src/host/host.js';
+import { recordStoreFor } from '../../src/host/records.js';
 import type { HostEvent } from '../../src/host/types.js';
 import {
   readWebhook,

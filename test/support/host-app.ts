@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
-import { recordStoreFor } from '../../src/engine/on-db.js';
 import type { App, ConsumerModule, HandlerModule } from '../../src/host/app.js';
 import type { HostConfig } from '../../src/host/config.js';
 import { createHost, type Host } from '../../src/host/host.js';
+import { recordStoreFor } from '../../src/host/records.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from './postgres.js';
 
 /** The two databases every host test runs on: a fresh SQLite file, a fresh PostgreSQL schema. */
