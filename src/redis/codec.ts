@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type RecordState, type StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch } from '../store.js';
-import { FIELDS, TAG } from './scripts.js';
+import { FIELDS, LEASE_MARGIN_MS, TAG } from './scripts.js';
 
 // Hot path: every function here runs once per call; each record and patch becomes one string in
 // the layout of scripts.ts (FIELDS), written and read field by field in that order.
@@ -38,26 +38,75 @@ export function encodeRecord(r: StoredRecord): string {
   return `${TAG}${String(r.state)}|${Number(r.fence)}|${opt(r.leaseUntil)}|${opt(r.expiresAt)}|${Number(r.attempts)}|${Number(r.createdAt)}|${Number(r.updatedAt)}|${opt(r.completedAt)}|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`;
 }
 
+/**
+ * When Redis should drop a record (its PXAT), by the expiry rule of scripts.ts: '' for never
+ * (unknown, or no expiresAt), else expiresAt, or for an in_progress record its lease plus
+ * LEASE_MARGIN_MS when that is later. The times are all absolute or all ms from one now, and
+ * the answer is of the same kind.
+ */
+export function expiryOf(r: StoredRecord): string {
+  if (r.state === 'unknown' || r.expiresAt === null || r.expiresAt === undefined) return '';
+  const expires = Number(r.expiresAt);
+  if (r.state === 'in_progress' && r.leaseUntil !== null && r.leaseUntil !== undefined) {
+    const keep = Number(r.leaseUntil) + LEASE_MARGIN_MS;
+    if (keep > expires) return String(keep);
+  }
+  return String(expires);
+}
+
+/**
+ * A record whose times are ms from Redis's now as INSERT reads it (its INSERT_SLOTS strings):
+ * the pieces around its times, which the script prints and joins.
+ */
+export function relativeRecordArgs(r: StoredRecord): string[] {
+  if (r.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
+  return [
+    `${TAG}${String(r.state)}|`,
+    String(Number(r.fence)),
+    opt(r.leaseUntil),
+    opt(r.expiresAt),
+    `|${Number(r.attempts)}|`,
+    String(Number(r.createdAt)),
+    String(Number(r.updatedAt)),
+    opt(r.completedAt),
+    `|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`,
+    expiryOf(r),
+  ];
+}
+
 // A patch field as the UPDATE script reads it: KEEP when the patch leaves it alone.
 const patched = (value: number | string | null | undefined): string => (value === undefined ? KEEP : opt(value));
 
-/** A patch in the stored layout, KEEP for every field it leaves alone (the id fields always). */
-export function encodePatch(p: RecordPatch): string {
+/**
+ * A conditional write as UPDATE reads it (its UPDATE_SLOTS strings): the expectation, then the
+ * patch field by field in FIELDS order, KEEP for every field it leaves alone.
+ */
+export function updateArgs(expect: Expectation, p: RecordPatch, relative: boolean): string[] {
   if (p.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
-  const fingerprint = p.fingerprint === undefined ? KEEP : text(p.fingerprint, 'fingerprint');
-  const traceId = p.traceId === undefined ? KEEP : text(p.traceId, 'traceId');
-  return `${TAG}${patched(p.state)}|${patched(p.fence)}|${patched(p.leaseUntil)}|${patched(p.expiresAt)}|${patched(p.attempts)}|${patched(p.createdAt)}|${patched(p.updatedAt)}|${patched(p.completedAt)}|${fingerprint}|${traceId}|${patched(p.result)}`;
-}
-
-/** An expectation as the UPDATE script reads it: `fence|check|lease|relative||state|state|`. */
-export function encodeExpect(expect: Expectation, relative: boolean): string {
   let check = '0';
   let lease = '';
   if ('leaseUntil' in expect) {
     check = expect.leaseUntil === null || expect.leaseUntil === undefined ? '1' : '2';
     lease = opt(expect.leaseUntil);
   }
-  return `${Number(expect.fence)}|${check}|${lease}|${relative ? '1' : '0'}||${expect.states.join('|')}|`;
+  return [
+    String(Number(expect.fence)),
+    check,
+    lease,
+    `|${expect.states.join('|')}|`,
+    relative ? '1' : '0',
+    patched(p.state),
+    patched(p.fence),
+    patched(p.leaseUntil),
+    patched(p.expiresAt),
+    patched(p.attempts),
+    patched(p.createdAt),
+    patched(p.updatedAt),
+    patched(p.completedAt),
+    p.fingerprint === undefined ? KEEP : text(p.fingerprint, 'fingerprint'),
+    p.traceId === undefined ? KEEP : text(p.traceId, 'traceId'),
+    patched(p.result),
+  ];
 }
 
 const num = (s: string): number | null => (s === '' ? null : Number(s));

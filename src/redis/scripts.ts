@@ -35,13 +35,12 @@ export const FIELDS = [
 /** The version tag every record starts with; a string without it is not ours. */
 export const TAG = 'o1|';
 
-// The UPDATE script's Lua locals: each field under its own name, and the patch's as `p_<name>`.
-// Locals rather than tables: one string.match fills them with no table built, and one
-// concatenation joins them again (about 1 µs less per write).
-const PATCHED = FIELDS.map((name) => `p_${name}`);
-
-// The time fields; a relative write gives each as ms from Redis's now.
-const TIMES = ['leaseUntil', 'expiresAt', 'createdAt', 'updatedAt', 'completedAt'] as const;
+/** ARGV slots per key of INSERT (see there). */
+export const INSERT_SLOTS = 10;
+/** ARGV slots per key of INSERT_GIVEN (see there). */
+export const INSERT_GIVEN_SLOTS = 2;
+/** ARGV slots per key of UPDATE (see there): the expectation's 5, then one per field. */
+export const UPDATE_SLOTS = 5 + FIELDS.length;
 
 // One capture per field; '' is a null.
 const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' : '([^|]*)|')).join('')}$'`;
@@ -53,36 +52,39 @@ const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' :
  */
 export const LEASE_MARGIN_MS = 60_000;
 
-// Shared by every script. `now` is Redis's own clock (TIME), so leases and expiries of every
-// process are measured by one clock, however far theirs are off; scripts calling TIME are fine
-// since Redis 5 replicates their effects, not the script. Times are written back with %.0f: Lua
-// numbers are doubles, exact for epoch ms, and tostring() could print an exponent.
+// Shared by every script that writes. `now` is Redis's own clock (TIME, read once per script
+// run, not per key), so leases and expiries of every process are measured by one clock, however
+// far theirs are off; scripts calling TIME are fine since Redis 5 replicates their effects, not
+// the script. A relative time (ms from now, as a string) becomes its stored string through
+// `at`, which formats each distinct duration once per run (a batch's records mostly share their
+// lease and TTL; printing a number is the costly part of building a record): '' stays '' (a
+// null), '0' is now itself. %.0f because Lua numbers are doubles, exact for epoch ms and µs,
+// and tostring() could print an exponent.
 //
 // The expiry rule, so Redis drops a record exactly when the engine would stop answering with it.
 // An unknown record waits for a person and an empty expiresAt means permanent: neither may vanish
 // (a SET without PXAT keeps no expiry). An in_progress record outlives its lease by
 // LEASE_MARGIN_MS even when the TTL is shorter, or a live claim would disappear and a duplicate
 // would run. A time already past makes Redis drop the key at once, which is what an expired
-// record means. A value that is not an oncely record is left alone and reported.
+// record means. A value that is not an oncely record is left alone and reported. The inserts'
+// callers compute this rule themselves (codec.ts, expiryOf) and send its time; UPDATE applies it
+// to the record it built.
 const FOREIGN = `
 local function foreign(key)
   return { err = 'the value at ' .. key .. ' is not an oncely record' }
 end
 `;
 
-const PRELUDE = `${FOREIGN}
+const CLOCK = `${FOREIGN}
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local function ms(x) return string.format('%.0f', x) end
-local function from_now(v) if v == '' or v == '~' then return v end return ms(now + tonumber(v)) end
-local function expiry(state, lease, expires)
-  if state == 'unknown' or expires == '' then return nil end
-  if state == 'in_progress' and lease ~= '' then
-    local keep = tonumber(lease) + ${LEASE_MARGIN_MS}
-    if keep > tonumber(expires) then return ms(keep) end
-  end
-  return expires
+local printed = { [''] = '', ['0'] = string.format('%.0f', now) }
+local function at(v)
+  local s = printed[v]
+  if s then return s end
+  s = string.format('%.0f', now + tonumber(v))
+  printed[v] = s
+  return s
 end
 `;
 
@@ -90,92 +92,140 @@ end
 // answers one element per key. A command error on one key (a foreign value of another type at
 // that key) is caught with redis.pcall and returned as that key's element, a nested error reply:
 // an uncaught error would abort the script after the earlier keys were already written (Lua
-// scripts are atomic but not rolled back), and retrying those keys would misreport them.
+// scripts are atomic but not rolled back), and retrying those keys would misreport them. A key
+// given twice in one run is handled twice, in order: as two calls in that order would.
 
 /**
- * Insert if absent, for many records. KEYS the record keys; per key, two ARGV: the encoded
- * record, and '1' when it is a new claim whose times are ms from Redis's now ('0': absolute, as
- * given). A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
+ * Insert if absent, for records whose times are ms from Redis's now (the engine's claims).
+ * The caller sends the record in pieces, so Lua parses nothing: it prints the times and joins
+ * the pieces with one concatenation, then writes with one `SET key value NX GET [PXAT at]`,
+ * which answers the existing value instead when the key is taken (and then writes nothing).
+ * A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
  * record that expired leaves nothing behind, and the key's next claim must still outrank every
  * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
  * takeover, and each takeover takes a round trip (more than a microsecond), so a record's fences
  * stay below the clock, and its successor starts above them. No counter key is kept per record.
- * Answers per key: a one-element array holding the fence stored when inserted (its times are
- * the given durations from `now`), else the existing record's string, or an error; then one last
- * element, Redis's now in ms. A key given
- * twice is inserted by the first and returned to the second, as two calls in that order would.
+ *
+ * KEYS: the record keys.
+ * ARGV, INSERT_SLOTS per key: `o1|<state>|`; the fence (the stored one is the larger of it and
+ *   now in µs); leaseUntil; expiresAt; `|<attempts>|`; createdAt; updatedAt; completedAt;
+ *   `|<fingerprint>|<traceId>|<result>`; the expiry (PXAT, by the rule above). Times are ms from
+ *   now, '' a null (no expiry).
+ * Answers: per key, `{ fence }` (the fence stored) when inserted, else the existing record's
+ *   string, or an error (a foreign value); then Redis's now in ms.
  */
-export const INSERT = script(`${PRELUDE}
+export const INSERT = script(`${CLOCK}
+local now_us = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+local n_us = tonumber(now_us)
 local out = {}
--- A read first: a duplicate (the common case of a key that exists) then costs one GET, and only
--- a new record is parsed, given its times and fence, and written (the script is atomic).
 for i = 1, #KEYS do
-  local old = redis.pcall('GET', KEYS[i])
-  if type(old) == 'table' then out[i] = old
-  elseif old then
-    if string.sub(old, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i]) else out[i] = old end
-  else
-    local value = ARGV[2 * i - 1]
-    local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
-    if ARGV[2 * i] == '1' then
-${TIMES.map((name) => `      ${name} = from_now(${name})`).join('\n')}
-      if now_us > tonumber(fence) then fence = ms(now_us) end
-      value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
-    end
-    local at = expiry(state, leaseUntil, expiresAt)
-    if at then redis.call('SET', KEYS[i], value, 'PXAT', at) else redis.call('SET', KEYS[i], value) end
-    out[i] = { fence }
-  end
+  local b = ${INSERT_SLOTS} * (i - 1)
+  local fence = ARGV[b + 2]
+  if n_us > tonumber(fence) then fence = now_us end
+  local value = ARGV[b + 1] .. fence .. '|' .. at(ARGV[b + 3]) .. '|' .. at(ARGV[b + 4]) .. ARGV[b + 5]
+    .. at(ARGV[b + 6]) .. '|' .. at(ARGV[b + 7]) .. '|' .. at(ARGV[b + 8]) .. ARGV[b + 9]
+  local expiry = ARGV[b + 10]
+  local old
+  if expiry == '' then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
+  else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', at(expiry)) end
+  if not old then out[i] = { fence }
+  elseif type(old) == 'table' or string.sub(old, 1, 3) == '${TAG}' then out[i] = old
+  else out[i] = foreign(KEYS[i]) end
 end
 out[#KEYS + 1] = now
 return out
 `);
 
 /**
- * Conditional writes, for many records. KEYS the record keys; per key, two ARGV:
- *   1. the expectation: fence, lease check ('0' none, '1' lease must be null, '2' lease must
- *      equal the expected lease), expected lease, '1' when the patch's times are ms from Redis's
- *      now ('0' absolute), then '|' and the allowed states each followed by '|', all joined by '|'
- *      (`3|0||1||in_progress|unknown|`);
- *   2. the patch: a record in the stored layout where '~' keeps a field as it is.
- * Answers per key: Redis's now in ms when the write applied (what its relative times count from),
- * 0 when the record is missing or did not match, or an error. Writes to one key are applied in
- * order, each checked against the record the previous one left: the same as separate calls in
- * that order, so one batch may carry several per key.
+ * Insert if absent, for records whose times are absolute, stored as given.
+ *
+ * KEYS: the record keys.
+ * ARGV, INSERT_GIVEN_SLOTS per key: the encoded record; its expiry (PXAT, by the rule above),
+ *   '' for none.
+ * Answers: per key, an empty array when inserted, else the existing record's string, or an
+ *   error (a foreign value); then Redis's now in ms.
  */
-export const UPDATE = script(`${PRELUDE}
-local function update(key, expect, patch)
+export const INSERT_GIVEN = script(`${CLOCK}
+local out = {}
+for i = 1, #KEYS do
+  local value, expiry = ARGV[2 * i - 1], ARGV[2 * i]
+  local old
+  if expiry == '' then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
+  else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', expiry) end
+  if not old then out[i] = {}
+  elseif type(old) == 'table' or string.sub(old, 1, 3) == '${TAG}' then out[i] = old
+  else out[i] = foreign(KEYS[i]) end
+end
+out[#KEYS + 1] = now
+return out
+`);
+
+/**
+ * Conditional writes. Writes to one key are applied in order, each checked against the record
+ * the previous one left: the same as separate calls in that order, so one run may carry several
+ * per key. Only the fields a patch sets are touched; a relative time is printed once per
+ * distinct duration (see `at`).
+ *
+ * KEYS: the record keys.
+ * ARGV, UPDATE_SLOTS per key: the expectation, then the patch:
+ *   1. the expected fence;
+ *   2. the lease check: '0' none, '1' the lease must be null, '2' it must equal the expected lease;
+ *   3. the expected lease ('' unless checked);
+ *   4. the allowed states, each followed by '|', after a '|' (`|in_progress|unknown|`);
+ *   5. '1' when the patch's times are ms from Redis's now, '0' when absolute;
+ *   6 to 16. the patch's fields in FIELDS order, '~' for a field it keeps, '' for a null.
+ * Answers: per key, Redis's now in ms when the write applied (what its relative times count
+ *   from), 0 when the record is missing or did not match, or an error (a foreign value).
+ */
+export const UPDATE = script(`${CLOCK}
+local function update(key, b)
   local value = redis.pcall('GET', key)
   if not value then return 0 end
   if type(value) == 'table' then return value end
   local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
   if not state then return foreign(key) end
-  local e_fence, e_check, e_lease, e_relative, e_states = string.match(expect, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if tonumber(fence) ~= tonumber(e_fence) then return 0 end
-  if not string.find(e_states, '|' .. state .. '|', 1, true) then return 0 end
-  if e_check == '1' and leaseUntil ~= '' then return 0 end
-  if e_check == '2' and (leaseUntil == '' or tonumber(leaseUntil) ~= tonumber(e_lease)) then return 0 end
-  local ${PATCHED.join(', ')} = string.match(patch, ${PATTERN})
-  if e_relative == '1' then
-${TIMES.map((name) => `    p_${name} = from_now(p_${name})`).join('\n')}
+  local e = ARGV[b + 1]
+  if fence ~= e and tonumber(fence) ~= tonumber(e) then return 0 end
+  if not string.find(ARGV[b + 4], '|' .. state .. '|', 1, true) then return 0 end
+  e = ARGV[b + 2]
+  if e == '1' and leaseUntil ~= '' then return 0 end
+  if e == '2' then
+    e = ARGV[b + 3]
+    if leaseUntil == '' or (leaseUntil ~= e and tonumber(leaseUntil) ~= tonumber(e)) then return 0 end
   end
-${FIELDS.map((name, i) => `  if ${PATCHED[i]} ~= '~' then ${name} = ${PATCHED[i]} end`).join('\n')}
-  local at = expiry(state, leaseUntil, expiresAt)
+  local relative = ARGV[b + 5] == '1'
+  local p
+${FIELDS.map((name, i) =>
+  (['leaseUntil', 'expiresAt', 'createdAt', 'updatedAt', 'completedAt'] as string[]).includes(name)
+    ? `  p = ARGV[b + ${6 + i}]; if p ~= '~' then if relative then ${name} = at(p) else ${name} = p end end`
+    : `  p = ARGV[b + ${6 + i}]; if p ~= '~' then ${name} = p end`,
+).join('\n')}
   value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
-  if at then redis.call('SET', key, value, 'PXAT', at) else redis.call('SET', key, value) end
+  local expiry = nil
+  if state ~= 'unknown' and expiresAt ~= '' then
+    expiry = expiresAt
+    if state == 'in_progress' and leaseUntil ~= '' then
+      local keep = tonumber(leaseUntil) + ${LEASE_MARGIN_MS}
+      if keep > tonumber(expiresAt) then expiry = string.format('%.0f', keep) end
+    end
+  end
+  if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
   return now
 end
 local out = {}
 for i = 1, #KEYS do
-  out[i] = update(KEYS[i], ARGV[2 * i - 1], ARGV[2 * i])
+  out[i] = update(KEYS[i], ${UPDATE_SLOTS} * (i - 1))
 end
 return out
 `);
 
 /**
- * Reads many records. KEYS the record keys. Answers per key: 0 when absent, else the record's
- * string, or an error. A script rather than MGET because MGET reads a key of another type as
+ * Reads many records. A script rather than MGET because MGET reads a key of another type as
  * absent, and a foreign value must be reported, not overwritten by a later insert.
+ *
+ * KEYS: the record keys.
+ * ARGV: none.
+ * Answers: per key, 0 when absent, else the record's string, or an error (a foreign value).
  */
 export const GET = script(`${FOREIGN}
 local out = {}
@@ -183,7 +233,7 @@ for i = 1, #KEYS do
   local value = redis.pcall('GET', KEYS[i])
   if not value then out[i] = 0
   elseif type(value) == 'table' then out[i] = value
-  elseif string.sub(value, 1, 3) ~= 'o1|' then out[i] = foreign(KEYS[i])
+  elseif string.sub(value, 1, 3) ~= '${TAG}' then out[i] = foreign(KEYS[i])
   else out[i] = value end
 end
 return out

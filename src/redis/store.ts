@@ -4,15 +4,16 @@ import type { RecordId, StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import {
   answers,
-  encodeExpect,
-  encodePatch,
   encodeRecord,
+  expiryOf,
   getAnswer,
   insertAnswer,
   recordKey,
+  relativeRecordArgs,
   updateAnswer,
+  updateArgs,
 } from './codec.js';
-import { GET, INSERT, type RedisScript, UPDATE } from './scripts.js';
+import { GET, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
 export { recordKey };
 
@@ -65,18 +66,16 @@ export const MAX_BATCH = 8;
 /** Script runs of one kind in flight at once; callers arriving meanwhile wait for the next run. */
 const MAX_IN_FLIGHT = 8;
 
-/** An insert waiting for its batch: the record, its stored string, and '1' when its times are relative. */
+/** An insert waiting for its batch: the record, and its ARGV as its script (INSERT or INSERT_GIVEN) reads them. */
 interface Insert {
   record: StoredRecord;
-  value: string;
-  relative: string;
+  args: string[];
 }
 
-/** A conditional write waiting for its batch, encoded as the UPDATE script reads it. */
+/** A conditional write waiting for its batch: its record's id, and its ARGV as UPDATE reads them. */
 interface Update {
   id: RecordId;
-  expect: string;
-  patch: string;
+  args: string[];
 }
 
 /**
@@ -185,17 +184,19 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
 
   // Records and patches are encoded by each caller before they join a batch, so a value the
   // codec refuses fails its own call and never the batch it would have joined.
-  async function insertMany(items: Insert[]): Promise<(InsertResult | Error)[]> {
-    const args = command(INSERT, items.length);
+  // INSERT for records whose times are ms from Redis's now (the engine's), INSERT_GIVEN for
+  // absolute ones.
+  async function insertMany(script: RedisScript, items: Insert[]): Promise<(InsertResult | Error)[]> {
+    const args = command(script, items.length);
     for (const item of items) args.push(recordKey(prefix, item.record));
-    for (const item of items) args.push(item.value, item.relative);
+    for (const item of items) for (const arg of item.args) args.push(arg);
     // One answer per record, then Redis's clock.
-    const reply = answers(await send(INSERT, args), items.length, 1);
+    const reply = answers(await send(script, args), items.length, 1);
     const now = Number(reply[items.length]);
+    const relative = script === INSERT;
     const out: (InsertResult | Error)[] = [];
     for (let i = 0; i < items.length; i++) {
-      const item = items[i] as Insert;
-      out.push(insertAnswer(reply[i], item.record, item.relative === '1', now));
+      out.push(insertAnswer(reply[i], (items[i] as Insert).record, relative, now));
     }
     return out;
   }
@@ -203,7 +204,7 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   async function updateMany(items: Update[]): Promise<(number | null | Error)[]> {
     const args = command(UPDATE, items.length);
     for (const item of items) args.push(recordKey(prefix, item.id));
-    for (const item of items) args.push(item.expect, item.patch);
+    for (const item of items) for (const arg of item.args) args.push(arg);
     return answers(await send(UPDATE, args), items.length).map(updateAnswer);
   }
 
@@ -223,7 +224,9 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
   // record come back as that record's answer (see scripts.ts), so a failed batch is a failed
   // command for all, never retried item by item: its earlier records may already be written.
   const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT };
-  const inserts = new Batcher(insertMany, batching);
+  // Two kinds of insert, each its own runs: concurrent calls, so either order is one they could have run in.
+  const inserts = new Batcher((items: Insert[]) => insertMany(INSERT, items), batching);
+  const givenInserts = new Batcher((items: Insert[]) => insertMany(INSERT_GIVEN, items), batching);
   const updates = new Batcher(updateMany, batching);
   const reads = new Batcher(getMany, batching);
 
@@ -235,7 +238,8 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
     insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
       return rejecting(() => {
         refuseTransaction(tx);
-        return inserts.push({ record, value: encodeRecord(record), relative: options?.relative ? '1' : '0' });
+        if (options?.relative) return inserts.push({ record, args: relativeRecordArgs(record) });
+        return givenInserts.push({ record, args: [encodeRecord(record), expiryOf(record)] });
       });
     },
 
@@ -248,11 +252,7 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
     ): Promise<number | null> {
       return rejecting(() => {
         refuseTransaction(tx);
-        return updates.push({
-          id,
-          expect: encodeExpect(expect, options?.relative === true),
-          patch: encodePatch(patch),
-        });
+        return updates.push({ id, args: updateArgs(expect, patch, options?.relative === true) });
       });
     },
 
