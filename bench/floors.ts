@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { createClient } from 'redis';
-import { MIGRATIONS as PG_MIGRATIONS, names as pgNames } from '../src/postgres/sql.js';
-import { MIGRATIONS as SQLITE_MIGRATIONS } from '../src/sqlite/sql.js';
+import { names as pgNames, recordMigrations as pgRecordMigrations } from '../src/postgres/sql.js';
+import { RECORD_MIGRATIONS as SQLITE_MIGRATIONS } from '../src/sqlite/sql.js';
 import type { Operation } from './harness.js';
 import {
   dropPrefix,
@@ -60,7 +60,7 @@ export function sqliteFloor(dir: string): Floor {
   db.pragma('busy_timeout = 5000');
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
-  for (const step of SQLITE_MIGRATIONS) db.exec(step);
+  for (const step of SQLITE_MIGRATIONS.steps) for (const statement of [step.sqlite].flat()) db.exec(statement);
   const insert = db.prepare(`INSERT INTO oncely_records (tenant, action, key, state, fingerprint, fence, attempts,
     lease_until, result, trace_id, created_at, updated_at, completed_at, expires_at)
     VALUES (@tenant, @action, @key, @state, @fingerprint, @fence, @attempts, @leaseUntil, @result, @traceId,
@@ -86,7 +86,8 @@ export async function postgresFloor(schema: string): Promise<Floor> {
   pool.on('error', () => {});
   const n = pgNames(schema, 'records');
   await pool.query(`CREATE SCHEMA "${schema}"`);
-  for (const migration of PG_MIGRATIONS) for (const statement of migration.up(n)) await pool.query(statement);
+  for (const step of pgRecordMigrations(n).steps)
+    for (const statement of [step.postgres].flat()) await pool.query(statement);
   const insert = `INSERT INTO ${n.records} (tenant, action, key, state, fingerprint, fence, attempts, lease_until,
     result, trace_id, created_at, updated_at, completed_at, expires_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING`;

@@ -4,7 +4,7 @@ import type { Db, Sql } from './types.js';
 /**
  * One change to a component's tables, with its text for each dialect. Steps run in version order,
  * each once per database, recorded in `oncely_component_migrations`. (Not `oncely_migrations`: the
- * SQLite record store keeps its own ledger under that name, without a component column.)
+ * SQLite record store's ledger of older releases has that name, without a component column.)
  */
 export interface MigrationStep {
   version: number;
@@ -17,10 +17,15 @@ export interface MigrationStep {
   adds?: { table: string; column: string };
 }
 
-/** The tables one component owns (`events`, `outbox`, `flows`, `agent`), as versioned steps. */
+/** The tables one component owns (`records`, `events`, `outbox`, `flows`, `agent`), as versioned steps. */
 export interface Migrations {
   component: string;
   steps: readonly MigrationStep[];
+  /**
+   * A ledger of older releases with a `version` column (the record stores kept their own): its
+   * versions are copied into this one first, so a database they made goes on from where it is.
+   */
+  formerLedger?: string;
 }
 
 const LEDGER = `CREATE TABLE IF NOT EXISTS oncely_component_migrations (
@@ -29,6 +34,8 @@ const LEDGER = `CREATE TABLE IF NOT EXISTS oncely_component_migrations (
   applied_at BIGINT NOT NULL,
   PRIMARY KEY (component, version)
 )`;
+
+const LEDGER_INSERT = 'INSERT INTO oncely_component_migrations (component, version, applied_at) VALUES (?, ?, ?)';
 
 /**
  * Serializes oncely's migrations within the transaction `tx`: on PostgreSQL an advisory lock
@@ -62,15 +69,18 @@ export async function migrate(db: Db, migrations: Migrations): Promise<void> {
         )
       ).map((row) => Number(row.version)),
     );
+    if (migrations.formerLedger && (await hasTable(tx, migrations.formerLedger)))
+      for (const row of await tx.all<{ version: number | string }>(`SELECT version FROM ${migrations.formerLedger}`)) {
+        const version = Number(row.version);
+        if (applied.has(version)) continue;
+        await tx.run(LEDGER_INSERT, [migrations.component, version, Date.now()]);
+        applied.add(version);
+      }
     for (const step of migrations.steps) {
       if (applied.has(step.version)) continue;
       if (!step.adds || !(await hasColumn(tx, step.adds.table, step.adds.column)))
         for (const statement of statements(step[tx.dialect])) await tx.run(statement);
-      await tx.run('INSERT INTO oncely_component_migrations (component, version, applied_at) VALUES (?, ?, ?)', [
-        migrations.component,
-        step.version,
-        Date.now(),
-      ]);
+      await tx.run(LEDGER_INSERT, [migrations.component, step.version, Date.now()]);
     }
   });
 }
@@ -107,5 +117,13 @@ async function hasColumn(tx: Sql, table: string, column: string): Promise<boolea
           [table, column],
         )
       : await tx.all('SELECT 1 FROM pragma_table_info(?) WHERE name = ?', [table, column]);
+  return rows.length > 0;
+}
+
+async function hasTable(tx: Sql, table: string): Promise<boolean> {
+  const rows =
+    tx.dialect === 'postgres'
+      ? await tx.all('SELECT 1 WHERE to_regclass(?) IS NOT NULL', [table])
+      : await tx.all("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [table]);
   return rows.length > 0;
 }

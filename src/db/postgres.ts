@@ -150,3 +150,45 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
     cachedStatements: () => numbered.size,
   };
 }
+
+/**
+ * A Db on one checked-out connection, for work that must stay on it: a record store migrating with
+ * its own schema first on the connection's search path. Not for serving: it has no pool, and its
+ * transactions take the one connection.
+ */
+export function connectionDb(client: PgQueryable, schema: string): Db {
+  const toPg = (sql: string): string => {
+    let i = 0;
+    return sql.replace(/\?/g, () => `$${++i}`);
+  };
+  const sql: Sql = {
+    dialect: 'postgres',
+    handle: client,
+    async all<R>(text: string, params: readonly unknown[] = []) {
+      return (await client.query(toPg(text), [...params])).rows as R[];
+    },
+    async run(text: string, params: readonly unknown[] = []) {
+      return (await client.query(toPg(text), [...params])).rowCount ?? 0;
+    },
+  };
+  return {
+    ...sql,
+    target: 'connection',
+    schema,
+    async exec(script) {
+      await client.query(script);
+    },
+    async transaction(fn) {
+      await client.query('BEGIN');
+      try {
+        const result = await fn(sql);
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw error;
+      }
+    },
+    close: async () => undefined,
+  };
+}

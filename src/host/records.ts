@@ -18,11 +18,11 @@ export function recordStoreFor(db: Db): RecordStore {
 }
 
 /**
- * Creates or upgrades the records table at the host's migrate, before any handler holds one of the
- * pool's connections: a PostgreSQL store migrating on first use would wait for a second one.
- * (The SQLite store migrates when it is built.)
+ * Creates or upgrades the records table at the host's migrate, before any handler holds a
+ * connection: a PostgreSQL store migrating on first use would wait for a second one of the pool,
+ * and a SQLite one would migrate inside the handler's transaction.
  */
 export async function migrateRecords(store: RecordStore): Promise<void> {
-  const migrating = store as Partial<PostgresStore>;
+  const migrating = store as Partial<Pick<PostgresStore, 'migrate'>>;
   if (typeof migrating.migrate === 'function') await migrating.migrate();
 }

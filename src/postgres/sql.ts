@@ -1,6 +1,6 @@
-import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
+import type { Migrations } from '../db/migrate.js';
 import type { Expectation, RecordPatch } from '../store.js';
 
 /** A statement ready for `query(text, values)`. */
@@ -15,8 +15,8 @@ export interface Names {
   table: string;
   /** `"schema"."table"` */
   records: string;
-  /** `"schema"."migrations"` for the default table, `"schema"."<table>_migrations"` otherwise. */
-  ledger: string;
+  /** The store's own ledger of older releases: `"schema"."migrations"`, `"schema"."<table>_migrations"` for another table. */
+  formerLedger: string;
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -32,9 +32,8 @@ export function names(schema: string, table: string): Names {
         `postgres ${what} must be a lowercase identifier matching ${IDENTIFIER}, got ${JSON.stringify(value)}`,
       );
   }
-  // Two tables in one schema must not share a ledger, or the second would never be created.
-  const ledger = table === 'records' ? 'migrations' : `${table}_migrations`;
-  return { schema, table, records: `"${schema}"."${table}"`, ledger: `"${schema}"."${ledger}"` };
+  const former = table === 'records' ? 'migrations' : `${table}_migrations`;
+  return { schema, table, records: `"${schema}"."${table}"`, formerLedger: `"${schema}"."${former}"` };
 }
 
 /** A row as pg returns it: bigint columns arrive as strings unless the pool parses them. */
@@ -293,53 +292,24 @@ export function purgeExpired(n: Names, now: number, limit: number): Query {
   };
 }
 
-/** The advisory lock key of a schema's migrations: the first 8 bytes of a hash, as a signed bigint. */
-export function migrationLockKey(schema: string): string {
-  return createHash('sha256').update(`oncely:migrate:${schema}`).digest().readBigInt64BE(0).toString();
-}
-
-/** Takes the schema's migration lock until the transaction ends. */
-export function lockMigrations(n: Names): Query {
-  return { text: 'SELECT pg_advisory_xact_lock($1::bigint)', values: [migrationLockKey(n.schema)] };
-}
-
-/** Whether the schema and the ledger exist (creating them when they do needs privileges a user may lack). */
-export function inspectSchema(n: Names): Query {
+/**
+ * The records table as a component of the one migration convention (db/migrate.ts), in the
+ * schema's `oncely_component_migrations`: `records`, or `records:<table>` for another table, since
+ * two tables in one schema must not share a component or the second would never be created.
+ * Versions the store's own ledger recorded (releases before the convention) are carried over.
+ * Append new versions, never edit applied ones.
+ */
+export function recordMigrations(n: Names): Migrations {
   return {
-    text: 'SELECT to_regnamespace($1) IS NOT NULL AS has_schema, to_regclass($2) IS NOT NULL AS has_ledger',
-    values: [`"${n.schema}"`, n.ledger],
-  };
-}
-
-/** Creates the schema. */
-export function createSchema(n: Names): Query {
-  return { text: `CREATE SCHEMA IF NOT EXISTS "${n.schema}"`, values: [] };
-}
-
-/** Creates the ledger of applied migrations. */
-export function createLedger(n: Names): Query {
-  return {
-    text: `CREATE TABLE IF NOT EXISTS ${n.ledger} (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
-    values: [],
-  };
-}
-
-/** Lists the versions applied. */
-export function appliedVersions(n: Names): Query {
-  return { text: `SELECT version FROM ${n.ledger}`, values: [] };
-}
-
-/** Records a version as applied. */
-export function recordVersion(n: Names, version: number): Query {
-  return { text: `INSERT INTO ${n.ledger} (version) VALUES ($1)`, values: [version] };
-}
-
-/** The schema's history: append new versions, never edit applied ones. */
-export const MIGRATIONS: readonly { version: number; up: (n: Names) => string[] }[] = [
-  {
-    version: 1,
-    up: (n) => [
-      `CREATE TABLE ${n.records} (
+    component: n.table === 'records' ? 'records' : `records:${n.table}`,
+    formerLedger: n.formerLedger,
+    steps: [
+      {
+        version: 1,
+        // This store runs on PostgreSQL alone; the SQLite store declares its own steps.
+        sqlite: [],
+        postgres: [
+          `CREATE TABLE IF NOT EXISTS ${n.records} (
   tenant text NOT NULL,
   action text NOT NULL,
   key text NOT NULL,
@@ -356,7 +326,24 @@ export const MIGRATIONS: readonly { version: number; up: (n: Names) => string[] 
   expires_at bigint,
   PRIMARY KEY (tenant, action, key)
 )`,
-      `CREATE INDEX "${n.table}_expires_at" ON ${n.records} (expires_at) WHERE expires_at IS NOT NULL`,
+          `CREATE INDEX IF NOT EXISTS "${n.table}_expires_at" ON ${n.records} (expires_at) WHERE expires_at IS NOT NULL`,
+        ],
+      },
     ],
-  },
-];
+  };
+}
+
+/** Whether the schema exists (creating it when it does needs a privilege a user may lack). */
+export function hasSchema(n: Names): Query {
+  return { text: 'SELECT to_regnamespace($1) IS NOT NULL AS has_schema', values: [`"${n.schema}"`] };
+}
+
+/** Creates the schema. */
+export function createSchema(n: Names): Query {
+  return { text: `CREATE SCHEMA IF NOT EXISTS "${n.schema}"`, values: [] };
+}
+
+/** Puts the schema first on the connection's search path: the migration ledger and lock are the schema's. */
+export function useSchema(n: Names): Query {
+  return { text: `SET search_path TO "${n.schema}"`, values: [] };
+}

@@ -16,4 +16,5 @@ export interface SqliteDatabase {
 export interface SqliteStatement {
   run(...params: unknown[]): { changes: number };
   get(...params: unknown[]): unknown;
+  all(...params: unknown[]): unknown[];
 }

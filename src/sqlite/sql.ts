@@ -1,11 +1,22 @@
+import type { Migrations } from '../db/migrate.js';
 import type { Expectation, RecordPatch } from '../store.js';
 
 /** The records table; one per database file. */
 export const TABLE = 'oncely_records';
 
-/** Versioned schema steps; a step never changes once released, new ones are appended. */
-export const MIGRATIONS: readonly string[] = [
-  `CREATE TABLE IF NOT EXISTS ${TABLE} (
+/**
+ * The records table as the component `records` of the one migration convention (db/migrate.ts).
+ * The store's ledger of older releases, `oncely_migrations`, is carried over. Append new versions,
+ * never edit applied ones.
+ */
+export const RECORD_MIGRATIONS: Migrations = {
+  component: 'records',
+  formerLedger: 'oncely_migrations',
+  steps: [
+    {
+      version: 1,
+      sqlite: [
+        `CREATE TABLE IF NOT EXISTS ${TABLE} (
     tenant TEXT NOT NULL,
     action TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -21,9 +32,14 @@ export const MIGRATIONS: readonly string[] = [
     completed_at INTEGER,
     expires_at INTEGER,
     PRIMARY KEY (tenant, action, key)
-  ) WITHOUT ROWID;
-  CREATE INDEX IF NOT EXISTS ${TABLE}_expires ON ${TABLE} (expires_at) WHERE expires_at IS NOT NULL;`,
-];
+  ) WITHOUT ROWID`,
+        `CREATE INDEX IF NOT EXISTS ${TABLE}_expires ON ${TABLE} (expires_at) WHERE expires_at IS NOT NULL`,
+      ],
+      // This store runs on SQLite alone; the PostgreSQL store declares its own steps.
+      postgres: [],
+    },
+  ],
+};
 
 /** Record fields and their columns: the only identifiers that ever reach SQL. */
 export const COLUMNS = {

@@ -6,7 +6,8 @@ import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record
 import { GroupCommit } from '../db/group-commit.js';
 import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import type { SqliteDatabase, SqliteStatement } from './driver.js';
-import { conditionalUpdate, INSERT, MIGRATIONS, PURGE, SELECT, updateShape } from './sql.js';
+import { migrateRecords } from './migrate.js';
+import { conditionalUpdate, INSERT, PURGE, SELECT, updateShape } from './sql.js';
 
 /** Options of `sqliteStore`. */
 export interface SqliteStoreOptions {
@@ -28,6 +29,8 @@ interface Statements {
 }
 
 const prepared = new WeakMap<SqliteDatabase, Statements>();
+// Databases migrating now: the calls that arrive meanwhile wait for the one migration.
+const preparing = new WeakMap<SqliteDatabase, Promise<Statements>>();
 
 // The time fields of a patch; in a relative write each is milliseconds from the store's now. One
 // host shares one SQLite file, so its clock (Date.now()) is the store's clock.
@@ -59,13 +62,17 @@ export class SqliteStore implements RecordStore {
     this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(busyTimeoutMs))}`);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma(`synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`);
-    this.statements(this.db);
     this.writes = new GroupCommit(this.db);
+  }
+
+  /** Creates or upgrades the records table now; the store also does it on first use. */
+  async migrate(): Promise<void> {
+    await (prepared.get(this.db) ?? this.prepare(this.db));
   }
 
   async insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
     const db = this.target(tx);
-    const s = this.statements(db);
+    const s = prepared.get(db) ?? (await this.prepare(db));
     // Reading first keeps replays off the write lock; the insert below still decides who claims.
     const existing = s.select.get(pick(record)) as StoredRecord | undefined;
     if (existing) return { inserted: false, record: existing, now: Date.now() };
@@ -89,7 +96,7 @@ export class SqliteStore implements RecordStore {
     options?: WriteOptions,
   ): Promise<number | null> {
     const db = this.target(tx);
-    const statement = this.updateStatement(db, patch, expect);
+    const statement = this.updateStatement(db, prepared.get(db) ?? (await this.prepare(db)), patch, expect);
     // Assigned rather than spread: on Node 20 a spread followed by literal members is ~100x slower.
     const params: Record<string, unknown> = Object.assign(
       { tenant: id.tenant, action: id.action, key: id.key, e_fence: expect.fence },
@@ -116,11 +123,13 @@ export class SqliteStore implements RecordStore {
 
   async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
     const db = this.target(tx);
-    return (this.statements(db).select.get(pick(id)) as StoredRecord | undefined) ?? null;
+    const s = prepared.get(db) ?? (await this.prepare(db));
+    return (s.select.get(pick(id)) as StoredRecord | undefined) ?? null;
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {
-    return this.writes.push(() => this.statements(this.db).purge.run({ now, limit }).changes);
+    const s = prepared.get(this.db) ?? (await this.prepare(this.db));
+    return this.writes.push(() => s.purge.run({ now, limit }).changes);
   }
 
   async close(): Promise<void> {
@@ -137,18 +146,31 @@ export class SqliteStore implements RecordStore {
     return db;
   }
 
-  private statements(db: SqliteDatabase): Statements {
-    let s = prepared.get(db);
-    if (!s) {
-      migrate(db);
-      s = { select: db.prepare(SELECT), insert: db.prepare(INSERT), purge: db.prepare(PURGE), updates: new Map() };
-      prepared.set(db, s);
+  /**
+   * The statements of `db`, once its records table is migrated (on first use, so a store built on
+   * the host's connection leaves the migration to the host's migrate).
+   */
+  private prepare(db: SqliteDatabase): Promise<Statements> {
+    let ready = preparing.get(db);
+    if (!ready) {
+      ready = migrateRecords(db).then(() => {
+        const s = {
+          select: db.prepare(SELECT),
+          insert: db.prepare(INSERT),
+          purge: db.prepare(PURGE),
+          updates: new Map(),
+        };
+        prepared.set(db, s);
+        return s;
+      });
+      // A failed migration is tried again by the next call, as a store made while the file was locked should work once it is free.
+      ready.catch(() => preparing.delete(db));
+      preparing.set(db, ready);
     }
-    return s;
+    return ready;
   }
 
-  private updateStatement(db: SqliteDatabase, patch: RecordPatch, expect: Expectation): SqliteStatement {
-    const s = this.statements(db);
+  private updateStatement(db: SqliteDatabase, s: Statements, patch: RecordPatch, expect: Expectation): SqliteStatement {
     const shape = updateShape(patch, expect);
     let statement = s.updates.get(shape);
     if (!statement) {
@@ -156,27 +178,6 @@ export class SqliteStore implements RecordStore {
       s.updates.set(shape, statement);
     }
     return statement;
-  }
-}
-
-/**
- * Applies missing schema steps. Under BEGIN IMMEDIATE so processes opening one file at once take
- * turns; inside a caller's open transaction the steps join it instead.
- */
-function migrate(db: SqliteDatabase): void {
-  const own = !db.inTransaction;
-  if (own) db.exec('BEGIN IMMEDIATE');
-  try {
-    db.exec('CREATE TABLE IF NOT EXISTS oncely_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)');
-    const row = db.prepare('SELECT MAX(version) AS v FROM oncely_migrations').get() as { v: number | null };
-    for (let version = (row.v ?? 0) + 1; version <= MIGRATIONS.length; version++) {
-      db.exec(MIGRATIONS[version - 1] as string);
-      db.prepare('INSERT INTO oncely_migrations (version, applied_at) VALUES (?, ?)').run(version, Date.now());
-    }
-    if (own) db.exec('COMMIT');
-  } catch (error) {
-    if (own && db.inTransaction) db.exec('ROLLBACK');
-    throw error;
   }
 }
 

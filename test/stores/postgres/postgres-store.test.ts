@@ -303,7 +303,9 @@ describe('postgresStore: setup', () => {
     const racers = Array.from({ length: 4 }, () => newStore({ pool: newPool(2), schema: fresh }));
     await Promise.all(racers.map((s) => s.migrate()));
     await Promise.all(racers.map((s) => s.migrate()));
-    const { rows } = await pool.query(`SELECT version FROM "${fresh}".migrations`);
+    const { rows } = await pool.query(
+      `SELECT version FROM "${fresh}".oncely_component_migrations WHERE component = 'records'`,
+    );
     expect(rows).toEqual([{ version: 1 }]);
     const r = record();
     expect((await racers[3]?.insertOrGet(r))?.inserted).toBe(true);
