@@ -55,22 +55,14 @@ export function expiryOf(r: StoredRecord): string {
 }
 
 /**
- * A record whose times are ms from Redis's now as INSERT reads it (its INSERT_SLOTS strings):
- * the pieces around its times, which the script prints and joins.
+ * A record whose times are ms from Redis's now as INSERT reads it (its INSERT_SLOTS strings): its
+ * shape (the fields but the texts, and its expiry), then its texts.
  */
-export function relativeRecordArgs(r: StoredRecord): string[] {
+export function relativeRecordArgs(r: StoredRecord): [string, string] {
   if (r.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
   return [
-    `${TAG}${String(r.state)}|`,
-    String(Number(r.fence)),
-    opt(r.leaseUntil),
-    opt(r.expiresAt),
-    `|${Number(r.attempts)}|`,
-    String(Number(r.createdAt)),
-    String(Number(r.updatedAt)),
-    opt(r.completedAt),
+    `${text(r.state, 'state')}|${Number(r.fence)}|${opt(r.leaseUntil)}|${opt(r.expiresAt)}|${Number(r.attempts)}|${Number(r.createdAt)}|${Number(r.updatedAt)}|${opt(r.completedAt)}|${expiryOf(r)}`,
     `|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`,
-    expiryOf(r),
   ];
 }
 
@@ -78,8 +70,9 @@ export function relativeRecordArgs(r: StoredRecord): string[] {
 const patched = (value: number | string | null | undefined): string => (value === undefined ? KEEP : opt(value));
 
 /**
- * A conditional write as UPDATE reads it (its UPDATE_SLOTS strings): the expectation, then the
- * patch field by field in FIELDS order, KEEP for every field it leaves alone.
+ * A conditional write as UPDATE reads it (its UPDATE_SLOTS strings): the expected fence and
+ * lease, the shape (checks, the patch's state and times), the patch's other fields, its result;
+ * KEEP for every field the patch leaves alone.
  */
 export function updateArgs(expect: Expectation, p: RecordPatch, relative: boolean): string[] {
   if (p.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
@@ -89,22 +82,14 @@ export function updateArgs(expect: Expectation, p: RecordPatch, relative: boolea
     check = expect.leaseUntil === null || expect.leaseUntil === undefined ? '1' : '2';
     lease = opt(expect.leaseUntil);
   }
+  const state = p.state === undefined ? KEEP : text(p.state, 'state');
+  const fingerprint = p.fingerprint === undefined ? KEEP : text(p.fingerprint, 'fingerprint');
+  const traceId = p.traceId === undefined ? KEEP : text(p.traceId, 'traceId');
   return [
     String(Number(expect.fence)),
-    check,
     lease,
-    `|${expect.states.join('|')}|`,
-    relative ? '1' : '0',
-    patched(p.state),
-    patched(p.fence),
-    patched(p.leaseUntil),
-    patched(p.expiresAt),
-    patched(p.attempts),
-    patched(p.createdAt),
-    patched(p.updatedAt),
-    patched(p.completedAt),
-    p.fingerprint === undefined ? KEEP : text(p.fingerprint, 'fingerprint'),
-    p.traceId === undefined ? KEEP : text(p.traceId, 'traceId'),
+    `${check}|${expect.states.join(',')}|${relative ? '1' : '0'}|${state}|${patched(p.leaseUntil)}|${patched(p.expiresAt)}|${patched(p.createdAt)}|${patched(p.updatedAt)}|${patched(p.completedAt)}`,
+    `${patched(p.fence)}|${patched(p.attempts)}|${fingerprint}|${traceId}`,
     patched(p.result),
   ];
 }

@@ -36,11 +36,11 @@ export const FIELDS = [
 export const TAG = 'o1|';
 
 /** ARGV slots per key of INSERT (see there). */
-export const INSERT_SLOTS = 10;
+export const INSERT_SLOTS = 2;
 /** ARGV slots per key of INSERT_GIVEN (see there). */
 export const INSERT_GIVEN_SLOTS = 2;
-/** ARGV slots per key of UPDATE (see there): the expectation's 5, then one per field. */
-export const UPDATE_SLOTS = 5 + FIELDS.length;
+/** ARGV slots per key of UPDATE (see there). */
+export const UPDATE_SLOTS = 5;
 
 // One capture per field; '' is a null.
 const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' : '([^|]*)|')).join('')}$'`;
@@ -58,7 +58,7 @@ export const LEASE_MARGIN_MS = 60_000;
 // the script. A relative time (ms from now, as a string) becomes its stored string through
 // `at`, which formats each distinct duration once per run (a batch's records mostly share their
 // lease and TTL; printing a number is the costly part of building a record): '' stays '' (a
-// null), '0' is now itself. %.0f because Lua numbers are doubles, exact for epoch ms and µs,
+// null), '~' stays '~' (a patch keeps the field), '0' is now itself. %.0f because Lua numbers are doubles, exact for epoch ms and µs,
 // and tostring() could print an exponent.
 //
 // The expiry rule, so Redis drops a record exactly when the engine would stop answering with it.
@@ -78,7 +78,7 @@ end
 const CLOCK = `${FOREIGN}
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local printed = { [''] = '', ['0'] = string.format('%.0f', now) }
+local printed = { [''] = '', ['~'] = '~', ['0'] = string.format('%.0f', now) }
 local function at(v)
   local s = printed[v]
   if s then return s end
@@ -97,8 +97,10 @@ end
 
 /**
  * Insert if absent, for records whose times are ms from Redis's now (the engine's claims).
- * The caller sends the record in pieces, so Lua parses nothing: it prints the times and joins
- * the pieces with one concatenation, then writes with one `SET key value NX GET [PXAT at]`,
+ * The caller sends each record in two pieces, its shape (the fields but the texts, with its
+ * expiry) and its texts, so per key Lua parses nothing: a run's claims mostly share one shape,
+ * which is read and printed once per run (times, fence), and each value is that shape's string
+ * joined with the record's texts. It is written with one `SET key value NX GET [PXAT at]`,
  * which answers the existing value instead when the key is taken (and then writes nothing).
  * A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
  * record that expired leaves nothing behind, and the key's next claim must still outrank every
@@ -107,28 +109,37 @@ end
  * stay below the clock, and its successor starts above them. No counter key is kept per record.
  *
  * KEYS: the record keys.
- * ARGV, INSERT_SLOTS per key: `o1|<state>|`; the fence (the stored one is the larger of it and
- *   now in µs); leaseUntil; expiresAt; `|<attempts>|`; createdAt; updatedAt; completedAt;
- *   `|<fingerprint>|<traceId>|<result>`; the expiry (PXAT, by the rule above). Times are ms from
- *   now, '' a null (no expiry).
+ * ARGV, INSERT_SLOTS per key: the shape
+ *   `state|fence|leaseUntil|expiresAt|attempts|createdAt|updatedAt|completedAt|expiry`, where
+ *   the fence stored is the larger of the one given and now in µs, the expiry is the PXAT by the
+ *   rule above, and every time is ms from now ('' a null, or no expiry); then the texts
+ *   `|fingerprint|traceId|result`.
  * Answers: per key, `{ fence }` (the fence stored) when inserted, else the existing record's
  *   string, or an error (a foreign value); then Redis's now in ms.
  */
 export const INSERT = script(`${CLOCK}
 local now_us = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
 local n_us = tonumber(now_us)
+local shapes = {}
+local function shaped(shape)
+  local s = shapes[shape]
+  if s then return s end
+  local state, fence, lease, expires, attempts, created, updated, completed, expiry =
+    string.match(shape, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if n_us > tonumber(fence) then fence = now_us end
+  s = { '${TAG}' .. state .. '|' .. fence .. '|' .. at(lease) .. '|' .. at(expires) .. '|' .. attempts .. '|'
+    .. at(created) .. '|' .. at(updated) .. '|' .. at(completed), { fence }, expiry ~= '' and at(expiry) }
+  shapes[shape] = s
+  return s
+end
 local out = {}
 for i = 1, #KEYS do
-  local b = ${INSERT_SLOTS} * (i - 1)
-  local fence = ARGV[b + 2]
-  if n_us > tonumber(fence) then fence = now_us end
-  local value = ARGV[b + 1] .. fence .. '|' .. at(ARGV[b + 3]) .. '|' .. at(ARGV[b + 4]) .. ARGV[b + 5]
-    .. at(ARGV[b + 6]) .. '|' .. at(ARGV[b + 7]) .. '|' .. at(ARGV[b + 8]) .. ARGV[b + 9]
-  local expiry = ARGV[b + 10]
+  local s = shaped(ARGV[${INSERT_SLOTS} * i - 1])
+  local value = s[1] .. ARGV[${INSERT_SLOTS} * i]
   local old
-  if expiry == '' then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
-  else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', at(expiry)) end
-  if not old then out[i] = { fence }
+  if s[3] then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', s[3])
+  else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET') end
+  if not old then out[i] = s[2]
   elseif type(old) == 'table' or string.sub(old, 1, 3) == '${TAG}' then out[i] = old
   else out[i] = foreign(KEYS[i]) end
 end
@@ -148,7 +159,7 @@ return out
 export const INSERT_GIVEN = script(`${CLOCK}
 local out = {}
 for i = 1, #KEYS do
-  local value, expiry = ARGV[2 * i - 1], ARGV[2 * i]
+  local value, expiry = ARGV[${INSERT_GIVEN_SLOTS} * i - 1], ARGV[${INSERT_GIVEN_SLOTS} * i]
   local old
   if expiry == '' then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
   else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', expiry) end
@@ -163,21 +174,48 @@ return out
 /**
  * Conditional writes. Writes to one key are applied in order, each checked against the record
  * the previous one left: the same as separate calls in that order, so one run may carry several
- * per key. Only the fields a patch sets are touched; a relative time is printed once per
- * distinct duration (see `at`).
+ * per key. Each write comes as its shape (the checks and the patch's state and times), which a
+ * run's writes mostly share and Lua reads and prints once per run, and its per-record parts; the
+ * stored record is parsed, and only the fields the patch sets are replaced.
  *
  * KEYS: the record keys.
- * ARGV, UPDATE_SLOTS per key: the expectation, then the patch:
+ * ARGV, UPDATE_SLOTS per key:
  *   1. the expected fence;
- *   2. the lease check: '0' none, '1' the lease must be null, '2' it must equal the expected lease;
- *   3. the expected lease ('' unless checked);
- *   4. the allowed states, each followed by '|', after a '|' (`|in_progress|unknown|`);
- *   5. '1' when the patch's times are ms from Redis's now, '0' when absolute;
- *   6 to 16. the patch's fields in FIELDS order, '~' for a field it keeps, '' for a null.
+ *   2. the expected lease (when the lease check is '2', else '');
+ *   3. the shape `check|states|relative|state|leaseUntil|expiresAt|createdAt|updatedAt|completedAt`:
+ *      the lease check ('0' none, '1' the lease must be null, '2' it must equal the expected
+ *      lease), the allowed states joined by ',', '1' when the patch's times are ms from Redis's
+ *      now ('0' absolute), then the patch's state and times;
+ *   4. the patch's `fence|attempts|fingerprint|traceId`;
+ *   5. the patch's result.
+ *   A patch field is '~' where the patch keeps it, '' for a null.
  * Answers: per key, Redis's now in ms when the write applied (what its relative times count
  *   from), 0 when the record is missing or did not match, or an error (a foreign value).
  */
 export const UPDATE = script(`${CLOCK}
+local shapes = {}
+local function shaped(shape)
+  local s = shapes[shape]
+  if s then return s end
+  local check, states, relative, state, lease, expires, created, updated, completed =
+    string.match(shape, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if relative == '1' then
+    lease, expires, created, updated, completed = at(lease), at(expires), at(created), at(updated), at(completed)
+  end
+  local allowed = {}
+  for name in string.gmatch(states, '[^,]+') do allowed[name] = true end
+  s = { check, allowed, state, lease, expires, created, updated, completed }
+  shapes[shape] = s
+  return s
+end
+local patches = {}
+local function parts(text)
+  local p = patches[text]
+  if p then return p end
+  p = { string.match(text, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$') }
+  patches[text] = p
+  return p
+end
 local function update(key, b)
   local value = redis.pcall('GET', key)
   if not value then return 0 end
@@ -186,20 +224,26 @@ local function update(key, b)
   if not state then return foreign(key) end
   local e = ARGV[b + 1]
   if fence ~= e and tonumber(fence) ~= tonumber(e) then return 0 end
-  if not string.find(ARGV[b + 4], '|' .. state .. '|', 1, true) then return 0 end
-  e = ARGV[b + 2]
-  if e == '1' and leaseUntil ~= '' then return 0 end
-  if e == '2' then
-    e = ARGV[b + 3]
+  local s = shaped(ARGV[b + 3])
+  if not s[2][state] then return 0 end
+  if s[1] == '1' and leaseUntil ~= '' then return 0 end
+  if s[1] == '2' then
+    e = ARGV[b + 2]
     if leaseUntil == '' or (leaseUntil ~= e and tonumber(leaseUntil) ~= tonumber(e)) then return 0 end
   end
-  local relative = ARGV[b + 5] == '1'
-  local p
-${FIELDS.map((name, i) =>
-  (['leaseUntil', 'expiresAt', 'createdAt', 'updatedAt', 'completedAt'] as string[]).includes(name)
-    ? `  p = ARGV[b + ${6 + i}]; if p ~= '~' then if relative then ${name} = at(p) else ${name} = p end end`
-    : `  p = ARGV[b + ${6 + i}]; if p ~= '~' then ${name} = p end`,
-).join('\n')}
+  if s[3] ~= '~' then state = s[3] end
+  if s[4] ~= '~' then leaseUntil = s[4] end
+  if s[5] ~= '~' then expiresAt = s[5] end
+  if s[6] ~= '~' then createdAt = s[6] end
+  if s[7] ~= '~' then updatedAt = s[7] end
+  if s[8] ~= '~' then completedAt = s[8] end
+  local p = parts(ARGV[b + 4])
+  if p[1] ~= '~' then fence = p[1] end
+  if p[2] ~= '~' then attempts = p[2] end
+  if p[3] ~= '~' then fingerprint = p[3] end
+  if p[4] ~= '~' then traceId = p[4] end
+  e = ARGV[b + 5]
+  if e ~= '~' then result = e end
   value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
   local expiry = nil
   if state ~= 'unknown' and expiresAt ~= '' then
