@@ -23,12 +23,6 @@ export type PostgresStoreOptions = (
 ) &
   PostgresLayout;
 
-/** A RecordStore on PostgreSQL that can also migrate on demand (it migrates itself on first use anyway). */
-export interface PostgresStore extends RecordStore {
-  /** Creates or upgrades the schema; memoized, and retried on the next call when it failed. */
-  migrate(): Promise<void>;
-}
-
 /** Most items in one batched statement. */
 const MAX_BATCH = 500;
 /** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
@@ -199,9 +193,17 @@ function asClient(tx: unknown): PgQueryable {
   return tx as PgQueryable;
 }
 
-class PgRecordStore implements PostgresStore {
+/**
+ * A record store on PostgreSQL. The schema is created or upgraded on first use (or by `migrate()`);
+ * concurrent calls share multi-row statements unless `batch: false`. Pass `tx` (a pg client after
+ * BEGIN) to make a record commit or roll back with your own writes; the first use migrates on
+ * another connection of the pool, so with a one-connection pool call `migrate()` first.
+ */
+export class PostgresStore implements RecordStore {
   readonly kind = 'postgres';
   private readonly names: sql.Names;
+  private readonly given: PgPool | undefined;
+  private readonly connectionString: string | undefined;
   private pooled: Promise<PgPool> | undefined;
   private migrated: Promise<void> | undefined;
   private closed = false;
@@ -209,25 +211,27 @@ class PgRecordStore implements PostgresStore {
   private readonly updates: Batcher<UpdateItem, number | null> | undefined;
   private readonly gets: Batcher<RecordId, StoredRecord | null> | undefined;
 
-  constructor(
-    private readonly given: PgPool | undefined,
-    private readonly connectionString: string | undefined,
-    schema: string,
-    table: string,
-    batch: boolean,
-  ) {
+  constructor(options: PostgresStoreOptions) {
+    const { schema = 'oncely', table = 'records', batch = true } = options;
+    if (options.pool === undefined && typeof options.connectionString !== 'string')
+      throw new InvalidArgumentError('postgresStore needs a connectionString or a pool');
+    if (options.pool !== undefined && typeof options.pool.query !== 'function')
+      throw new InvalidArgumentError('postgresStore pool must be a pg Pool (or have query, connect and end)');
+    this.given = options.pool;
+    this.connectionString = options.connectionString;
     this.names = sql.names(schema, table);
     if (!batch) return;
-    const options = { maxBatch: MAX_BATCH, isolate: isItemError };
-    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), options);
+    const batching = { maxBatch: MAX_BATCH, isolate: isItemError };
+    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), batching);
     // Two writes to one id in one statement would see the same old row; the second waits its turn.
     this.updates = new Batcher(async (items) => updateAll(await this.ready(), this.names, items), {
-      ...options,
+      ...batching,
       distinct: (item) => idKey(item.id),
     });
-    this.gets = new Batcher((ids) => this.getBatch(ids), options);
+    this.gets = new Batcher((ids) => this.getBatch(ids), batching);
   }
 
+  /** Creates or upgrades the schema; memoized, and retried on the next call when it failed. */
   migrate(): Promise<void> {
     this.migrated ??= this.pool()
       .then((pool) => migrate(pool, this.names))
@@ -334,22 +338,4 @@ class PgRecordStore implements PostgresStore {
       return row ? { ...row.record } : null;
     });
   }
-}
-
-/**
- * A record store on PostgreSQL. The schema is created or upgraded on first use (or by `migrate()`);
- * concurrent calls share multi-row statements unless `batch: false`. Pass `tx` (a pg client after
- * BEGIN) to make a record commit or roll back with your own writes; the first use migrates on
- * another connection of the pool, so with a one-connection pool call `migrate()` first.
- * @example
- * const store = postgresStore({ connectionString: process.env.DATABASE_URL! })
- * const once = await createOncely({ store })
- */
-export function postgresStore(options: PostgresStoreOptions): PostgresStore {
-  const { schema = 'oncely', table = 'records', batch = true } = options;
-  if (options.pool === undefined && typeof options.connectionString !== 'string')
-    throw new InvalidArgumentError('postgresStore needs a connectionString or a pool');
-  if (options.pool !== undefined && typeof options.pool.query !== 'function')
-    throw new InvalidArgumentError('postgresStore pool must be a pg Pool (or have query, connect and end)');
-  return new PgRecordStore(options.pool, options.connectionString, schema, table, batch);
 }
