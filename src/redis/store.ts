@@ -81,87 +81,161 @@ interface Update {
 /**
  * A record store on Redis: each record is one string, and Redis expires records itself. Concurrent
  * calls of one kind are coalesced into atomic Lua script runs of up to MAX_BATCH records (one
- * EVALSHA each, sent at once while fewer than MAX_IN_FLIGHT are out, so a lone call waits for nothing). It cannot join a caller's SQL
- * transaction. Not for Redis Cluster: a batch's script names the keys of many records, which
- * must all live on one node, so it needs a single (standalone) Redis; a cluster client is not supported.
- * @example
- * const store = redisStore({ url: 'redis://127.0.0.1:6379', prefix: 'billing:' });
+ * EVALSHA each, sent at once while fewer than MAX_IN_FLIGHT are out, so a lone call waits for
+ * nothing). It cannot join a caller's SQL transaction. Not for Redis Cluster: a batch's script
+ * names the keys of many records, which must all live on one node, so it needs a single
+ * (standalone) Redis; a cluster client is not supported. Made by `redisStore` (index.ts).
  */
-export function redisStore(options: RedisStoreOptions): RecordStore {
-  const { prefix = 'oncely:', timeoutMs = 5_000 } = options;
-  if (typeof prefix !== 'string') throw new InvalidArgumentError('redisStore: prefix must be a string');
-  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
-    throw new InvalidArgumentError('redisStore: timeoutMs must be a positive integer');
-  if ((options.url === undefined) === (options.client === undefined)) {
-    throw new InvalidArgumentError('redisStore: give exactly one of `url` or `client`');
-  }
-  const { url } = options;
-  const given = options.client ? sender(options.client) : undefined;
+export class RedisStore implements RecordStore {
+  readonly kind = 'redis';
+  private readonly prefix: string;
+  private readonly timeoutMs: number;
+  private readonly url: string | undefined;
+  private readonly given: Send | undefined;
   // The client the store made, from creation on (also while it connects), until it is dropped.
-  let owned: OwnedClient | undefined;
-  let connecting: Promise<OwnedClient> | undefined;
-  let closed = false;
+  private owned: OwnedClient | undefined;
+  private connecting: Promise<OwnedClient> | undefined;
+  private closed = false;
+  // No `distinct` for updates: the script applies one batch's writes in order, each checked
+  // against the record the previous one left, exactly as separate calls in arrival order would
+  // run; and batches in flight together run in the order they were sent, on one connection.
+  // (PostgreSQL needs it because one UPDATE statement cannot change a row twice.) Errors of one
+  // record come back as that record's answer (see scripts.ts), so a failed batch is a failed
+  // command for all, never retried item by item: its earlier records may already be written.
+  // Two kinds of insert, each its own runs: concurrent calls, so either order is one they could
+  // have run in.
+  private readonly inserts: Batcher<Insert, InsertResult>;
+  private readonly givenInserts: Batcher<Insert, InsertResult>;
+  private readonly updates: Batcher<Update, number | null>;
+  private readonly reads: Batcher<RecordId, StoredRecord | null>;
 
-  // Connects on first use, not in the constructor, so a store made while Redis is down works once
-  // it is up. A failed attempt is forgotten, and so is a client whose connection later dropped
-  // (it does not reconnect, see openClient): the next call simply tries again.
-  function ownedClient(): Promise<OwnedClient> {
-    if (owned && (owned.io.status === 'close' || owned.io.status === 'end')) abandon(owned);
-    if (!connecting) {
-      const attempt = connect();
-      connecting = attempt;
-      attempt.catch(() => {
-        if (connecting === attempt) connecting = undefined;
-      });
+  constructor(options: RedisStoreOptions) {
+    const { prefix = 'oncely:', timeoutMs = 5_000 } = options;
+    if (typeof prefix !== 'string') throw new InvalidArgumentError('redisStore: prefix must be a string');
+    if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
+      throw new InvalidArgumentError('redisStore: timeoutMs must be a positive integer');
+    if ((options.url === undefined) === (options.client === undefined)) {
+      throw new InvalidArgumentError('redisStore: give exactly one of `url` or `client`');
     }
-    return connecting;
+    this.prefix = prefix;
+    this.timeoutMs = timeoutMs;
+    this.url = options.url;
+    this.given = options.client ? sender(options.client) : undefined;
+    const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT };
+    this.inserts = new Batcher((items: Insert[]) => this.insertMany(INSERT, items), batching);
+    this.givenInserts = new Batcher((items: Insert[]) => this.insertMany(INSERT_GIVEN, items), batching);
+    this.updates = new Batcher((items: Update[]) => this.updateMany(items), batching);
+    this.reads = new Batcher((ids: RecordId[]) => this.getMany(ids), batching);
   }
 
-  async function connect(): Promise<OwnedClient> {
-    const c = await openClient(url as string);
-    owned = c;
-    // Without reconnects ioredis rejects connect() with a bare "Connection is closed"; the socket's
-    // own error (ECONNREFUSED, ENOTFOUND, ...) comes as an 'error' event first and is the one to report.
-    let cause: unknown;
-    c.io.on('error', (error) => {
-      cause ??= error;
-    });
+  // Each hands back its batch's own promise (an Error answer rejects just its caller, see
+  // Batcher); a refused argument rejects too, as it would from an async method. Records and
+  // patches are encoded by each caller before they join a batch, so a value the codec refuses
+  // fails its own call and never the batch it would have joined.
+  insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
     try {
-      await c.io.connect();
-      return c;
+      refuseTransaction(tx);
+      if (options?.relative) return this.inserts.push({ record, args: relativeRecordArgs(record) });
+      return this.givenInserts.push({ record, args: [encodeRecord(record), expiryOf(record)] });
     } catch (error) {
-      abandon(c);
-      throw cause ?? error;
+      return Promise.reject(error);
     }
   }
 
-  function abandon(c: OwnedClient | undefined): void {
-    if (!c) return;
-    if (owned === c) {
-      owned = undefined;
-      connecting = undefined;
+  update(
+    id: RecordId,
+    expect: Expectation,
+    patch: RecordPatch,
+    tx?: unknown,
+    options?: WriteOptions,
+  ): Promise<number | null> {
+    try {
+      refuseTransaction(tx);
+      return this.updates.push({ id, args: updateArgs(expect, patch, options?.relative === true) });
+    } catch (error) {
+      return Promise.reject(error);
     }
-    dispose(c);
+  }
+
+  get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
+    try {
+      refuseTransaction(tx);
+      return this.reads.push(id);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Always 0: Redis expires records natively (each write sets PEXPIREAT), so there is nothing to purge. */
+  async purgeExpired(_now: number, _limit: number): Promise<number> {
+    return 0;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const pending = this.connecting;
+    this.connecting = undefined;
+    // `owned` stays set while we wait, so a pending command's timeout can still destroy it.
+    const c = await pending?.catch(() => undefined);
+    this.owned = undefined;
+    // Only a client the store created: a passed-in client belongs to the caller.
+    if (!c) return;
+    if (c.io.status === 'ready') await c.io.quit().catch(() => dispose(c));
+    else dispose(c);
+  }
+
+  // One EVALSHA per batch: KEYS are the records' keys, ARGV their slots, back to back.
+  // INSERT for records whose times are ms from Redis's now (the engine's), INSERT_GIVEN for
+  // absolute ones.
+  private async insertMany(script: RedisScript, items: Insert[]): Promise<(InsertResult | Error)[]> {
+    const args = [script.sha, String(items.length)];
+    for (const item of items) args.push(recordKey(this.prefix, item.record));
+    for (const item of items) for (const arg of item.args) args.push(arg);
+    // One answer per record, then Redis's clock.
+    const reply = answers(await this.send(script, args), items.length, 1);
+    const now = Number(reply[items.length]);
+    const relative = script === INSERT;
+    const out: (InsertResult | Error)[] = [];
+    for (let i = 0; i < items.length; i++) {
+      out.push(insertAnswer(reply[i], (items[i] as Insert).record, relative, now));
+    }
+    return out;
+  }
+
+  private async updateMany(items: Update[]): Promise<(number | null | Error)[]> {
+    const args = [UPDATE.sha, String(items.length)];
+    for (const item of items) args.push(recordKey(this.prefix, item.id));
+    for (const item of items) for (const arg of item.args) args.push(arg);
+    return answers(await this.send(UPDATE, args), items.length).map(updateAnswer);
+  }
+
+  private async getMany(ids: RecordId[]): Promise<(StoredRecord | null | Error)[]> {
+    const args = [GET.sha, String(ids.length)];
+    for (const id of ids) args.push(recordKey(this.prefix, id));
+    const reply = answers(await this.send(GET, args), ids.length);
+    const out: (StoredRecord | null | Error)[] = [];
+    for (let i = 0; i < reply.length; i++) out.push(getAnswer(reply[i], ids[i] as RecordId));
+    return out;
   }
 
   // The store's own client has no per-command timer (ioredis's commandTimeout arms one per
   // command): this one timer per batch bounds the wait instead, connecting included. A client
   // that timed out is destroyed, failing whatever else waits on it, and the next call connects
   // afresh. A client passed in keeps its own timeouts.
-  function send(script: RedisScript, args: string[]): Promise<unknown> {
-    if (closed) return Promise.reject(new OncelyError('CLOSED', 'the redis store is closed'));
-    if (given) return evalScript(given, script, args);
+  private send(script: RedisScript, args: string[]): Promise<unknown> {
+    if (this.closed) return Promise.reject(new OncelyError('CLOSED', 'the redis store is closed'));
+    if (this.given) return evalScript(this.given, script, args);
     // Connected (the usual case): straight to the client, without waiting on the connection first.
-    const ready = owned?.io.status === 'ready' ? owned : undefined;
+    const ready = this.owned?.io.status === 'ready' ? this.owned : undefined;
     return new Promise((resolve, reject) => {
       let used = ready;
       const timer = setTimeout(() => {
-        reject(new Error(`redis did not answer within ${timeoutMs} ms`));
-        abandon(used ?? owned);
-      }, timeoutMs);
+        reject(new Error(`redis did not answer within ${this.timeoutMs} ms`));
+        this.abandon(used ?? this.owned);
+      }, this.timeoutMs);
       const sent = ready
         ? evalScript(ready.send, script, args)
-        : ownedClient().then((c) => {
+        : this.ownedClient().then((c) => {
             used = c;
             return evalScript(c.send, script, args);
           });
@@ -178,117 +252,46 @@ export function redisStore(options: RedisStoreOptions): RecordStore {
     });
   }
 
-  // One EVALSHA per batch (the name is added when sent): KEYS are the records' keys, ARGV their
-  // values, back to back.
-  const command = (script: RedisScript, count: number): string[] => [script.sha, String(count)];
-
-  // Records and patches are encoded by each caller before they join a batch, so a value the
-  // codec refuses fails its own call and never the batch it would have joined.
-  // INSERT for records whose times are ms from Redis's now (the engine's), INSERT_GIVEN for
-  // absolute ones.
-  async function insertMany(script: RedisScript, items: Insert[]): Promise<(InsertResult | Error)[]> {
-    const args = command(script, items.length);
-    for (const item of items) args.push(recordKey(prefix, item.record));
-    for (const item of items) for (const arg of item.args) args.push(arg);
-    // One answer per record, then Redis's clock.
-    const reply = answers(await send(script, args), items.length, 1);
-    const now = Number(reply[items.length]);
-    const relative = script === INSERT;
-    const out: (InsertResult | Error)[] = [];
-    for (let i = 0; i < items.length; i++) {
-      out.push(insertAnswer(reply[i], (items[i] as Insert).record, relative, now));
+  // Connects on first use, not in the constructor, so a store made while Redis is down works once
+  // it is up. A failed attempt is forgotten, and so is a client whose connection later dropped
+  // (it does not reconnect, see openClient): the next call simply tries again.
+  private ownedClient(): Promise<OwnedClient> {
+    if (this.owned && (this.owned.io.status === 'close' || this.owned.io.status === 'end')) this.abandon(this.owned);
+    if (!this.connecting) {
+      const attempt = this.connect();
+      this.connecting = attempt;
+      attempt.catch(() => {
+        if (this.connecting === attempt) this.connecting = undefined;
+      });
     }
-    return out;
+    return this.connecting;
   }
 
-  async function updateMany(items: Update[]): Promise<(number | null | Error)[]> {
-    const args = command(UPDATE, items.length);
-    for (const item of items) args.push(recordKey(prefix, item.id));
-    for (const item of items) for (const arg of item.args) args.push(arg);
-    return answers(await send(UPDATE, args), items.length).map(updateAnswer);
+  private async connect(): Promise<OwnedClient> {
+    const c = await openClient(this.url as string);
+    this.owned = c;
+    // Without reconnects ioredis rejects connect() with a bare "Connection is closed"; the socket's
+    // own error (ECONNREFUSED, ENOTFOUND, ...) comes as an 'error' event first and is the one to report.
+    let cause: unknown;
+    c.io.on('error', (error) => {
+      cause ??= error;
+    });
+    try {
+      await c.io.connect();
+      return c;
+    } catch (error) {
+      this.abandon(c);
+      throw cause ?? error;
+    }
   }
 
-  async function getMany(ids: RecordId[]): Promise<(StoredRecord | null | Error)[]> {
-    const args = command(GET, ids.length);
-    for (const id of ids) args.push(recordKey(prefix, id));
-    const reply = answers(await send(GET, args), ids.length);
-    const out: (StoredRecord | null | Error)[] = [];
-    for (let i = 0; i < reply.length; i++) out.push(getAnswer(reply[i], ids[i] as RecordId));
-    return out;
-  }
-
-  // No `distinct` for updates: the script applies one batch's writes in order, each checked
-  // against the record the previous one left, exactly as separate calls in arrival order would
-  // run; and batches in flight together run in the order they were sent, on one connection.
-  // (PostgreSQL needs it because one UPDATE statement cannot change a row twice.) Errors of one
-  // record come back as that record's answer (see scripts.ts), so a failed batch is a failed
-  // command for all, never retried item by item: its earlier records may already be written.
-  const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT };
-  // Two kinds of insert, each its own runs: concurrent calls, so either order is one they could have run in.
-  const inserts = new Batcher((items: Insert[]) => insertMany(INSERT, items), batching);
-  const givenInserts = new Batcher((items: Insert[]) => insertMany(INSERT_GIVEN, items), batching);
-  const updates = new Batcher(updateMany, batching);
-  const reads = new Batcher(getMany, batching);
-
-  return {
-    kind: 'redis',
-
-    // Each hands back its batch's own promise (an Error answer rejects just its caller, see
-    // Batcher); a refused argument rejects too, as it would from an async method.
-    insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
-      return rejecting(() => {
-        refuseTransaction(tx);
-        if (options?.relative) return inserts.push({ record, args: relativeRecordArgs(record) });
-        return givenInserts.push({ record, args: [encodeRecord(record), expiryOf(record)] });
-      });
-    },
-
-    update(
-      id: RecordId,
-      expect: Expectation,
-      patch: RecordPatch,
-      tx?: unknown,
-      options?: WriteOptions,
-    ): Promise<number | null> {
-      return rejecting(() => {
-        refuseTransaction(tx);
-        return updates.push({ id, args: updateArgs(expect, patch, options?.relative === true) });
-      });
-    },
-
-    get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
-      return rejecting(() => {
-        refuseTransaction(tx);
-        return reads.push(id);
-      });
-    },
-
-    /** Always 0: Redis expires records natively (each write sets PEXPIREAT), so there is nothing to purge. */
-    async purgeExpired(_now: number, _limit: number): Promise<number> {
-      return 0;
-    },
-
-    async close(): Promise<void> {
-      closed = true;
-      const pending = connecting;
-      connecting = undefined;
-      // `owned` stays set while we wait, so a pending command's timeout can still destroy it.
-      const c = await pending?.catch(() => undefined);
-      owned = undefined;
-      // Only a client the store created: a passed-in client belongs to the caller.
-      if (!c) return;
-      if (c.io.status === 'ready') await c.io.quit().catch(() => dispose(c));
-      else dispose(c);
-    },
-  };
-}
-
-/** Runs `start`, turning a synchronous throw into a rejected promise. */
-function rejecting<T>(start: () => Promise<T>): Promise<T> {
-  try {
-    return start();
-  } catch (error) {
-    return Promise.reject(error);
+  private abandon(c: OwnedClient | undefined): void {
+    if (!c) return;
+    if (this.owned === c) {
+      this.owned = undefined;
+      this.connecting = undefined;
+    }
+    dispose(c);
   }
 }
 
