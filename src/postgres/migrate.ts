@@ -19,16 +19,19 @@ export async function migrate(pool: PgPool, names: sql.Names): Promise<void> {
   };
   client.on?.('error', onError);
   try {
-    const { rows } = await client.query(sql.hasSchema(names).text, sql.hasSchema(names).values);
+    const inspect = sql.hasSchema(names);
+    const { rows } = await client.query(inspect.text, inspect.values);
     if (!(rows[0] as { has_schema: boolean }).has_schema)
       await client.query(sql.createSchema(names).text).catch((error: { code?: string }) => {
         // Processes starting together: IF NOT EXISTS still races in the catalog; it exists either way.
         if (error.code !== '23505' && error.code !== '42P06') throw error;
       });
+    // The connection's own path is put back after: a Db's pool, or a caller's, may have set one.
+    const path = await client.query(sql.searchPath().text);
     await client.query(sql.useSchema(names).text);
     await migrateTables(connectionDb(client, names.schema), sql.recordMigrations(names));
-    // Back to the connection's own path (a Db's pool sets one per connection) before the pool reuses it.
-    await client.query('RESET search_path');
+    const restore = sql.setSearchPath((path.rows[0] as { path: string }).path);
+    await client.query(restore.text, restore.values);
   } catch (error) {
     // The connection may still carry the store's path or a broken transaction: never reused.
     broken ??= error instanceof Error ? error : new Error(String(error));

@@ -343,7 +343,17 @@ export function createSchema(n: Names): Query {
   return { text: `CREATE SCHEMA IF NOT EXISTS "${n.schema}"`, values: [] };
 }
 
-/** Puts the schema first on the connection's search path: the migration ledger and lock are the schema's. */
+/** The connection's search path. */
+export function searchPath(): Query {
+  return { text: "SELECT current_setting('search_path') AS path", values: [] };
+}
+
+/** Sets the connection's search path back to `path`, as searchPath() read it. */
+export function setSearchPath(path: string): Query {
+  return { text: "SELECT set_config('search_path', $1, false)", values: [path] };
+}
+
+/** Puts the schema alone on the connection's search path: the migration ledger and lock are the schema's. */
 export function useSchema(n: Names): Query {
   return { text: `SET search_path TO "${n.schema}"`, values: [] };
 }

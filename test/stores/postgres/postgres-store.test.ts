@@ -312,6 +312,17 @@ describe('postgresStore: setup', () => {
     expect(await racers[0]?.get(idOf(r))).toEqual(r);
   });
 
+  it("migrates on a connection of the pool and gives it back on the pool's own search path", async () => {
+    const fresh = freshSchema();
+    schemas.push(fresh);
+    // One connection: the migration is sure to run on the one whose path was set.
+    const single = newPool(1);
+    await single.query(`SET search_path TO "${schema}", public`);
+    await newStore({ pool: single, schema: fresh }).migrate();
+    const { rows } = await single.query('SHOW search_path');
+    expect(rows).toEqual([{ search_path: `${schema}, public` }]);
+  });
+
   it('keeps a second table in the same schema apart', async () => {
     const other = postgresStore({ pool, schema, table: 'other_records' });
     stores.push(other);
