@@ -58,8 +58,8 @@ export const LEASE_MARGIN_MS = 60_000;
 // the script. A relative time (ms from now, as a string) becomes its stored string through
 // `at`, which formats each distinct duration once per run (a batch's records mostly share their
 // lease and TTL; printing a number is the costly part of building a record): '' stays '' (a
-// null), '~' stays '~' (a patch keeps the field), '0' is now itself. %.0f because Lua numbers are doubles, exact for epoch ms and µs,
-// and tostring() could print an exponent.
+// null), '~' stays '~' (a patch keeps the field), '0' is now itself. %.0f because Lua numbers
+// are doubles, exact for epoch ms and µs, and tostring() prints 14 digits (µs in an exponent).
 //
 // The expiry rule, so Redis drops a record exactly when the engine would stop answering with it.
 // An unknown record waits for a person and an empty expiresAt means permanent: neither may vanish
