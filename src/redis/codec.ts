@@ -136,10 +136,10 @@ export function answers(reply: unknown, count: number, extra = 0): unknown[] {
 }
 
 /**
- * One record's answer to INSERT: an error of that record, the existing record, or its own (a
- * one-element array holding its fence: a new claim's starts at Redis's clock, and its times are
- * the given durations from `now`, Redis's clock in ms). Built from the record given rather than
- * read back, as the other stores answer an insert.
+ * One record's answer to INSERT or INSERT_GIVEN: an error of that record, the existing record
+ * (a string with the tag), or a number when inserted: INSERT's is the fence stored (a new claim's starts at
+ * Redis's clock, and its times are the given durations from `now`, Redis's clock in ms). Built
+ * from the record given rather than read back, as the other stores answer an insert.
  */
 export function insertAnswer(
   answer: unknown,
@@ -148,10 +148,13 @@ export function insertAnswer(
   now: number,
 ): InsertResult | Error {
   if (answer instanceof Error) return answer;
-  if (!Array.isArray(answer)) return { inserted: false, record: decodeRecord(answer, record), now };
+  // Told apart by the tag (which the script checked) rather than the reply's type, so a client
+  // that maps integers to strings reads them too.
+  if (typeof answer !== 'number' && String(answer).startsWith(TAG))
+    return { inserted: false, record: decodeRecord(answer, record), now };
   if (!relative) return { inserted: true, record, now };
   const stored = absoluteRecord(record, now);
-  stored.fence = Number(answer[0]);
+  stored.fence = Number(answer);
   return { inserted: true, record: stored, now };
 }
 

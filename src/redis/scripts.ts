@@ -114,7 +114,7 @@ end
  *   the fence stored is the larger of the one given and now in µs, the expiry is the PXAT by the
  *   rule above, and every time is ms from now ('' a null, or no expiry); then the texts
  *   `|fingerprint|traceId|result`.
- * Answers: per key, `{ fence }` (the fence stored) when inserted, else the existing record's
+ * Answers: per key, the fence stored (an integer) when inserted, else the existing record's
  *   string, or an error (a foreign value); then Redis's now in ms.
  */
 export const INSERT = script(`${CLOCK}
@@ -128,7 +128,7 @@ local function shaped(shape)
     string.match(shape, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   if n_us > tonumber(fence) then fence = now_us end
   s = { '${TAG}' .. state .. '|' .. fence .. '|' .. at(lease) .. '|' .. at(expires) .. '|' .. attempts .. '|'
-    .. at(created) .. '|' .. at(updated) .. '|' .. at(completed), { fence }, expiry ~= '' and at(expiry) }
+    .. at(created) .. '|' .. at(updated) .. '|' .. at(completed), tonumber(fence), expiry ~= '' and at(expiry) }
   shapes[shape] = s
   return s
 end
@@ -153,8 +153,8 @@ return out
  * KEYS: the record keys.
  * ARGV, INSERT_GIVEN_SLOTS per key: the encoded record; its expiry (PXAT, by the rule above),
  *   '' for none.
- * Answers: per key, an empty array when inserted, else the existing record's string, or an
- *   error (a foreign value); then Redis's now in ms.
+ * Answers: per key, 0 when inserted, else the existing record's string, or an error (a
+ *   foreign value); then Redis's now in ms.
  */
 export const INSERT_GIVEN = script(`${CLOCK}
 local out = {}
@@ -163,7 +163,7 @@ for i = 1, #KEYS do
   local old
   if expiry == '' then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
   else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', expiry) end
-  if not old then out[i] = {}
+  if not old then out[i] = 0
   elseif type(old) == 'table' or string.sub(old, 1, 3) == '${TAG}' then out[i] = old
   else out[i] = foreign(KEYS[i]) end
 end
