@@ -157,6 +157,65 @@ describe('redis store', () => {
     for (const r of [a, b, c]) expect((await store.get(r))?.traceId).toBe(r.traceId);
   });
 
+  it('relative writes of different shapes in one run each get their own times, fence and expiry', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const near = (ms: number) => expect.toSatisfy((v: number) => Math.abs(v - ms) < 2_000);
+    const relative = { relative: true };
+    // One burst, so one script run: leases, TTLs and the kept lease margin differ per record.
+    const shapes = [
+      record({ leaseUntil: 10_000, expiresAt: 600_000, createdAt: 0, updatedAt: 0 }),
+      record({ leaseUntil: 120_000, expiresAt: 60_000, createdAt: 0, updatedAt: 0 }),
+      record({ leaseUntil: 10_000, expiresAt: 600_000, createdAt: 0, updatedAt: 0 }),
+      record({ state: 'unknown', leaseUntil: null, expiresAt: 5_000, createdAt: 0, updatedAt: 0 }),
+    ];
+    const claims = await Promise.all(shapes.map((r) => store.insertOrGet(r, undefined, relative)));
+    const now = claims[0]?.now as number;
+    for (const [i, c] of claims.entries()) {
+      const given = shapes[i] as StoredRecord;
+      expect(c.inserted).toBe(true);
+      expect(c.now).toBe(now);
+      expect(c.record.fence).toBeGreaterThan(now * 1000 - 5_000_000);
+      expect(await store.get(c.record)).toEqual(c.record);
+      expect(c.record.leaseUntil).toBe(given.leaseUntil === null ? null : now + Number(given.leaseUntil));
+      expect(c.record.expiresAt).toBe(now + Number(given.expiresAt));
+    }
+    expect(await pttl(shapes[0] as StoredRecord)).toEqual(near(600_000));
+    expect(await pttl(shapes[1] as StoredRecord)).toEqual(near(120_000 + LEASE_MARGIN_MS));
+    expect(await pttl(shapes[3] as StoredRecord)).toBe(-1);
+    // Two patches of different shapes in one run: a completion and a renewal.
+    const [a, b] = claims.map((c) => c.record) as [StoredRecord, StoredRecord];
+    const [done, renewed] = await Promise.all([
+      store.update(
+        a,
+        { fence: a.fence, states: ['in_progress'], leaseUntil: a.leaseUntil },
+        { state: 'succeeded', result: '"x|y"', leaseUntil: null, completedAt: 0, updatedAt: 0, expiresAt: 30_000 },
+        undefined,
+        relative,
+      ),
+      store.update(
+        b,
+        { fence: b.fence, states: ['in_progress'] },
+        { leaseUntil: 5_000, updatedAt: 0 },
+        undefined,
+        relative,
+      ),
+    ]);
+    expect(done).toBe(renewed);
+    const t = done as number;
+    expect(await store.get(a)).toEqual({
+      ...a,
+      state: 'succeeded',
+      result: '"x|y"',
+      leaseUntil: null,
+      completedAt: t,
+      updatedAt: t,
+      expiresAt: t + 30_000,
+    });
+    expect(await store.get(b)).toEqual({ ...b, leaseUntil: t + 5_000, updatedAt: t });
+    expect(await pttl(a)).toEqual(near(30_000));
+    expect(await pttl(b)).toEqual(near(5_000 + LEASE_MARGIN_MS));
+  });
+
   it('sets the Redis expiry from state, TTL and lease after every write', async () => {
     const store = redisStore({ client: redis, prefix });
     const now = Date.now();
