@@ -67,6 +67,8 @@ Object.assign(globalThis, {
 
 const blocks = snippets();
 // Inside the repository, so `oncely` resolves through node_modules as it does in a user's project.
+// .oncely/ is ignored by git, so a fresh clone has none yet.
+mkdirSync(join(REPO, '.oncely'), { recursive: true });
 const dir = mkdtempSync(join(REPO, '.oncely', 'readme-'));
 const file = (i: number) => `snippet-${String(i + 1).padStart(2, '0')}.ts`;
 
