@@ -99,6 +99,7 @@ describe('oncely init', () => {
   it('scaffolds the app files and refuses to overwrite any of them', async () => {
     const dir = join(mkdtempSync(join(tmpdir(), 'oncely-init-')), 'my-app');
     const { stdout } = await run(process.execPath, [CLI, 'init', '--dir', dir]);
+    // init names what it wrote relative to the current folder, wherever the clone lives.
     for (const file of [
       'oncely.config.ts',
       'schema.sql',
@@ -107,7 +108,6 @@ describe('oncely init', () => {
       '.gitignore',
       'package.json',
     ])
-      // init names what it wrote relative to the current folder, wherever the clone lives.
       expect(stdout).toContain(`created ${relative(process.cwd(), join(dir, file))}`);
     expect(await refused(['init', dir])).toMatch(/already exist.*oncely init overwrites nothing/);
   });
