@@ -85,13 +85,14 @@ describe('a terminated PostgreSQL connection', () => {
     );
     expect(busy.code).toBe('STORE_UNAVAILABLE');
     // Killed while a statement outside a transaction runs on a pool connection.
-    const pooled = db.all('SELECT pg_sleep(4.5)');
+    // Its rejection is taken at once: it may land while the kill's own answer is still awaited.
+    const pooled = failure(db.all('SELECT pg_sleep(4.5)'));
     const [sleeping] = await until(async () => {
       const found = (await backends()).filter((b) => b.query === 'SELECT pg_sleep(4.5)');
       return found.length > 0 && found;
     });
     await kill(sleeping?.pid ?? 0);
-    expect((await failure(pooled)).code).toBe('STORE_UNAVAILABLE');
+    expect((await pooled).code).toBe('STORE_UNAVAILABLE');
     // Nothing of the lost transaction committed, and the pool serves on fresh connections.
     expect(await db.transaction((tx) => tx.all('SELECT id FROM notes'))).toEqual([]);
     await db.transaction((tx) => tx.run('INSERT INTO notes (id) VALUES (?)', ['kept']));
