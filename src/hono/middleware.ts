@@ -18,8 +18,12 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
     // Refused on its declared size before a byte of it is read.
     const declared = c.req.header('content-length');
     if (declared !== undefined && Number(declared) > gate.maxBodyBytes) return toResponse(gate.tooLarge());
-    const bytes = await readBody(c.req.raw, gate.maxBodyBytes);
-    // Chunked bodies are read up to the limit only: 413 at the first chunk past it.
+    // A declared length bounds the body already (Node's parser delivers no more than it), so it is
+    // read whole through Hono, whose node server has a fast path for that; reading the web stream
+    // chunk by chunk cost Hono about two thirds of its replay throughput in the bench. Chunked
+    // bodies are read up to the limit only: 413 at the first chunk past it.
+    const bytes =
+      declared !== undefined ? new Uint8Array(await c.req.arrayBuffer()) : await readBody(c.req.raw, gate.maxBodyBytes);
     if (bytes === undefined) return toResponse(gate.tooLarge());
     const text = bytes.byteLength === 0 ? '' : decoder.decode(bytes);
     // The handler reads the body from Hono's cache (c.req.json(), .text(), .arrayBuffer()), as after
