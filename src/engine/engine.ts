@@ -423,16 +423,7 @@ export class Oncely {
     } catch (error) {
       // The effect happened; a result JSON cannot hold (a bigint, a cycle) is stored as a failure,
       // as a too-large one is, so retries replay the failure instead of running the effect again.
-      await this.complete(
-        record,
-        finished('failed', encodeError(error), options),
-        options,
-        tx,
-        keeper,
-        undefined,
-        error,
-      );
-      throw error;
+      return this.storeUnkeepable(record, error, options, tx, keeper);
     }
     if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
       // The effect happened; storing it as a failure keeps it from happening again.
@@ -440,21 +431,24 @@ export class Oncely {
         'RESULT_TOO_LARGE',
         `result is larger than maxResultBytes (${options.maxResultBytes})`,
       );
-      await this.complete(
-        record,
-        finished('failed', encodeError(error), options),
-        options,
-        tx,
-        keeper,
-        undefined,
-        error,
-      );
-      throw error;
+      return this.storeUnkeepable(record, error, options, tx, keeper);
     }
     const decoded = decodeValue<T>(result);
     const patch = finished('succeeded', result, options);
     const done = await this.complete(record, patch, options, tx, keeper, decoded, undefined);
     return { value: decoded, replayed: false, record: done };
+  }
+
+  /** Stores a result that cannot be kept (not JSON, too large) as the failure `error`, then throws it. */
+  private async storeUnkeepable(
+    record: StoredRecord,
+    error: unknown,
+    options: ResolvedOptions,
+    tx: unknown,
+    keeper: LeaseKeeper | undefined,
+  ): Promise<never> {
+    await this.complete(record, finished('failed', encodeError(error), options), options, tx, keeper, undefined, error);
+    throw error;
   }
 
   /**
