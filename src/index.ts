@@ -18,6 +18,19 @@ export {
 export { canonicalJson, fingerprint } from './core/fingerprint.js';
 export { type KeyPart, keyFrom, MAX_KEY_LENGTH, validateKey } from './core/key.js';
 export type { LeaseExpiredPolicy, PublicRecord, RecordId, RecordState, StoredRecord } from './core/record.js';
+export {
+  type CallOutcome,
+  METRICS,
+  Metrics,
+  processMetrics,
+  RATE_TARGETS,
+  type Rates,
+  type RateTotals,
+  rates,
+  rateTotals,
+  type Surface,
+} from './core/metrics.js';
+export { type DecisionEvent, type ObserveOptions, type OncelyLogger, Observer } from './core/observer.js';
 export type { RunContext } from './engine/context.js';
 export {
   createOncely,

@@ -43,7 +43,7 @@ export class ExecutionContext implements RunContext {
   readonly #lease: { readonly signal: AbortSignal } | undefined;
 
   /** `lease` keeps the claim alive; without one (inside a caller's transaction) the signal never fires. */
-  constructor(record: StoredRecord, lease: { readonly signal: AbortSignal } | undefined) {
+  constructor(record: StoredRecord, lease: { readonly signal: AbortSignal } | undefined, requestId?: string) {
     this.idempotencyKey = record.key;
     this.action = record.action;
     this.tenant = record.tenant;
@@ -51,6 +51,7 @@ export class ExecutionContext implements RunContext {
     this.fence = record.fence;
     this.traceId = record.traceId;
     this.#lease = lease;
+    this.#requestId = requestId;
   }
 
   get requestId(): string {

@@ -12,6 +12,8 @@ import {
 } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
+import type { CallOutcome, Surface } from '../core/metrics.js';
+import { type ObserveOptions, Observer } from '../core/observer.js';
 import {
   absoluteTimes as absolute,
   decide,
@@ -20,6 +22,7 @@ import {
   type RecordId,
   type StoredRecord,
 } from '../core/record.js';
+import { endSpan, type Span, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Expectation, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
@@ -28,7 +31,7 @@ import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError }
 import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
 
 /** Options of `createOncely`. */
-export interface OncelyOptions {
+export interface OncelyOptions extends ObserveOptions {
   /** Where records live: `sqliteStore()`, `postgresStore()`, `redisStore()`. */
   store: RecordStore;
   /** Tenant used when a call names none. Default 'default'. */
@@ -55,6 +58,12 @@ export interface RunRequest<I = unknown> extends ActionOptions {
   tenant?: string;
   /** A caller's open transaction to join (SQLite and PostgreSQL stores). */
   tx?: unknown;
+  /** The intent's trace id, made at the entry and the same across retries; the first claim keeps it. Default a new UUID. */
+  traceId?: string;
+  /** This physical attempt's id (an HTTP request id); default a new UUID. */
+  requestId?: string;
+  /** What is calling, for metrics and decisions: the surfaces built on the engine set it. Default 'engine'. */
+  surface?: Surface;
 }
 
 /** What `run` returns: the value, whether it was replayed, and the record. */
@@ -133,6 +142,7 @@ export class Oncely {
   // The last action name that passed validation: most calls repeat the one before.
   private lastAction: string | undefined;
   private readonly cache: ReplayCache | undefined;
+  private readonly observer: Observer;
   private closed = false;
 
   constructor(options: OncelyOptions) {
@@ -145,6 +155,7 @@ export class Oncely {
     if (replayCache !== undefined && (!Number.isInteger(replayCache) || replayCache < 0))
       throw new InvalidArgumentError('replayCache must be a whole number of records (0 for none)');
     this.cache = replayCache ? new ReplayCache(replayCache) : undefined;
+    this.observer = new Observer(options);
   }
 
   /** Runs `fn` once for (tenant, action, key); duplicates get the stored outcome with `replayed: true`. */
@@ -172,14 +183,20 @@ export class Oncely {
   wrap<I, T>(
     options: WrapOptions<I>,
     fn: (input: I, ctx: RunContext) => Promise<T> | T,
-  ): (input: I, call?: { tenant?: string; tx?: unknown }) => Promise<RunResult<T>> {
+  ): (
+    input: I,
+    call?: { tenant?: string; tx?: unknown; traceId?: string; requestId?: string },
+  ) => Promise<RunResult<T>> {
     const resolved = resolveOptions(this.defaults, options);
     const action = validateName(options.action, 'action');
     return (input, call) => {
       const built = options.key(input);
       const key = Array.isArray(built) ? keyFrom(...built) : built;
       const tenant = call?.tenant ?? (typeof options.tenant === 'function' ? options.tenant(input) : options.tenant);
-      return this.runResolved({ action, key, input, tenant, tx: call?.tx }, resolved, (ctx) => fn(input, ctx));
+      const request: RunRequest = { action, key, input, tenant, tx: call?.tx };
+      if (call?.traceId !== undefined) request.traceId = call.traceId;
+      if (call?.requestId !== undefined) request.requestId = call.requestId;
+      return this.runResolved(request, resolved, (ctx) => fn(input, ctx));
     };
   }
 
@@ -270,20 +287,124 @@ export class Oncely {
     await this.store.close();
   }
 
+  /** Runs one call and observes it: one outcome counted, one decision, one span. */
   private async runResolved<T>(
     request: RunRequest,
     options: ResolvedOptions,
     fn: (ctx: RunContext) => Promise<T> | T,
   ): Promise<RunResult<T>> {
     this.assertOpen();
+    // A bad key, name or input is refused before anything is counted: it is not a call of the action.
     const id = this.recordId(request.action, request.key, request.tenant);
     const print = fingerprint(request.input);
+    const observer = this.observer;
+    const track = new Track(request, id.tenant);
+    const tracer = observer.activeTracer;
+    if (tracer)
+      track.span = startSpan(tracer, 'oncely.run', {
+        'oncely.action': request.action,
+        'oncely.surface': track.surface,
+      });
+    const timed = observer.metrics.enabled || observer.listening || track.span !== undefined;
+    const started = timed ? performance.now() : 0;
+    try {
+      const result = await this.claimAndRun(id, print, request, options, fn, track);
+      if (timed) this.settle(track, performance.now() - started, undefined);
+      return result;
+    } catch (error) {
+      if (timed) this.settle(track, performance.now() - started, error);
+      throw error;
+    }
+  }
+
+  /** Counts the call's one outcome, reports its decision, ends its span. */
+  private settle(track: Track, ms: number, error: unknown): void {
+    const { metrics } = this.observer;
+    const { surface, action } = track;
+    const outcome = track.outcome;
+    if (metrics.enabled) {
+      const labels = [surface, action];
+      metrics.add('oncely_calls_total', [surface, action, outcome]);
+      if (track.found) metrics.add('oncely_key_hits_total', labels);
+      if (track.takenOver) {
+        metrics.add('oncely_takeovers_total', labels);
+        metrics.add('oncely_duplicates_total', [surface, action, 'false']);
+      } else if (track.found && INTERCEPTED.has(outcome))
+        metrics.add('oncely_duplicates_total', [surface, action, 'true']);
+      if (outcome === 'replayed') metrics.observe('oncely_replay_seconds', labels, ms / 1000);
+      else if (RAN.has(outcome)) metrics.observe('oncely_execution_seconds', labels, ms / 1000);
+    }
+    const record = track.record;
+    if (this.observer.listening) {
+      const failure = error === undefined || outcome === 'replayed' ? undefined : errorFields(error);
+      this.observer.decide({
+        decision: outcome,
+        surface,
+        action,
+        key: track.key,
+        tenant: track.tenant,
+        traceId: record?.traceId,
+        requestId: track.requestId(),
+        fence: record?.fence,
+        attempt: record?.attempts,
+        durationMs: ms,
+        ...(failure ? { error: failure } : {}),
+      });
+    }
+    if (track.span) {
+      if (outcome === 'replayed') track.span.updateName('oncely.replay');
+      else if (RAN.has(outcome)) track.span.updateName('oncely.execute');
+      endSpan(
+        track.span,
+        {
+          'oncely.outcome': outcome,
+          'oncely.replayed': outcome === 'replayed',
+          ...(record
+            ? { 'oncely.attempt': record.attempts, 'oncely.fence': record.fence, 'oncely.trace_id': record.traceId }
+            : {}),
+        },
+        RAN.has(outcome) && outcome !== 'executed' ? error : undefined,
+      );
+    }
+  }
+
+  /** Reports a takeover as its own decision (the call then executes, and counts as that). */
+  private tookOver(track: Track, record: StoredRecord): void {
+    track.takenOver = true;
+    if (!this.observer.listening) return;
+    this.observer.decide({
+      decision: 'taken_over',
+      surface: track.surface,
+      action: track.action,
+      key: track.key,
+      tenant: track.tenant,
+      traceId: record.traceId,
+      requestId: track.requestId(),
+      fence: record.fence + 1,
+      attempt: record.attempts + 1,
+    });
+  }
+
+  private async claimAndRun<T>(
+    id: RecordId,
+    print: string,
+    request: RunRequest,
+    options: ResolvedOptions,
+    fn: (ctx: RunContext) => Promise<T> | T,
+    track: Track,
+  ): Promise<RunResult<T>> {
     const { tx } = request;
     // Inside a caller's transaction a record may yet roll back: it is neither cached nor answered from the cache.
     const cache = tx === undefined ? this.cache : undefined;
     const hit = cache?.get(id, Date.now());
     if (hit) {
-      if (hit.record.fingerprint !== print) throw new KeyReusedError({ ...hit.record });
+      track.found = true;
+      track.record = hit.record;
+      if (hit.record.fingerprint !== print) {
+        track.outcome = 'key_reused';
+        throw new KeyReusedError({ ...hit.record });
+      }
+      track.outcome = 'replayed';
       return this.replay({ ...hit.record }, hit.result);
     }
     const deadline = options.waitMs > 0 ? Date.now() + options.waitMs : 0;
@@ -302,7 +423,7 @@ export class Oncely {
         attempts: 1,
         leaseUntil: options.leaseMs,
         result: null,
-        traceId: randomUUID(),
+        traceId: request.traceId ?? randomUUID(),
         createdAt: 0,
         updatedAt: 0,
         completedAt: null,
@@ -310,25 +431,33 @@ export class Oncely {
         expiresAt: options.onLeaseExpired === 'hold' ? null : options.ttlMs,
       };
       const found = await this.call(() => this.store.insertOrGet(fresh, tx, RELATIVE));
-      if (found.inserted) return this.execute(found.record, options, tx, fn, sent);
+      if (found.inserted) return this.execute(found.record, options, tx, fn, sent, track);
       const record = found.record;
+      track.record = record;
       // Leases and expiries are judged by the store's clock, never this process's.
       const now = found.now;
       const decision = decide(record, print, options.onLeaseExpired, now);
+      track.found = decision.kind !== 'start_fresh';
       switch (decision.kind) {
         case 'replay': {
           const pub = publicRecord(record);
           cache?.set(pub, record.result);
+          track.outcome = 'replayed';
           return this.replay(pub, record.result);
         }
         case 'key_reused':
+          track.outcome = 'key_reused';
           throw new KeyReusedError(publicRecord(record));
         case 'unknown':
+          track.outcome = 'unknown';
           throw new OutcomeUnknownError(publicRecord(record));
         case 'mark_unknown': {
           const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: 0 };
           const applied = await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE));
-          if (applied !== null) throw new OutcomeUnknownError(publicRecord(record, absolute(patch, applied)));
+          if (applied !== null) {
+            track.outcome = 'unknown';
+            throw new OutcomeUnknownError(publicRecord(record, absolute(patch, applied)));
+          }
           continue;
         }
         case 'take_over':
@@ -367,13 +496,18 @@ export class Oncely {
               completedAt: null,
               expiresAt: fresh.expiresAt === null ? null : applied + fresh.expiresAt,
             };
-            return this.execute(claimed, options, tx, fn, sent);
+            // A lease that ran out is a holder that may have had its effect: this execution may be a second.
+            if (kept && record.state === 'in_progress') this.tookOver(track, record);
+            return this.execute(claimed, options, tx, fn, sent, track);
           }
           continue;
         }
         case 'in_progress': {
           const left = deadline - Date.now();
-          if (left <= 0) throw new InProgressError(publicRecord(record), decision.retryAfterMs);
+          if (left <= 0) {
+            track.outcome = 'in_progress';
+            throw new InProgressError(publicRecord(record), decision.retryAfterMs);
+          }
           await sleep(Math.min(poll, left, decision.retryAfterMs));
           poll = Math.min(poll * 2, WAIT_POLL_MAX_MS);
           continue;
@@ -388,16 +522,20 @@ export class Oncely {
     tx: unknown,
     fn: (ctx: RunContext) => Promise<T> | T,
     claimedAt: number,
+    track: Track,
   ): Promise<RunResult<T>> {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt) : undefined;
-    const ctx = new ExecutionContext(record, keeper);
+    const ctx = new ExecutionContext(record, keeper, track.givenRequestId);
+    track.record = record;
+    track.ctx = ctx;
     let value: T;
     try {
-      value = await fn(ctx);
+      value = await (track.span ? withSpan(track.span, () => fn(ctx)) : fn(ctx));
     } catch (error) {
       keeper?.stop();
       if (storesError(options.onError, error)) {
+        track.outcome = 'failed_stored';
         await this.complete(
           record,
           finished('failed', encodeError(error), options),
@@ -406,8 +544,10 @@ export class Oncely {
           keeper,
           undefined,
           error,
+          track,
         );
       } else {
+        track.outcome = 'released';
         const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt: options.ttlMs };
         // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
         await this.store
@@ -423,7 +563,8 @@ export class Oncely {
     } catch (error) {
       // The effect happened; a result JSON cannot hold (a bigint, a cycle) is stored as a failure,
       // as a too-large one is, so retries replay the failure instead of running the effect again.
-      return this.storeUnkeepable(record, error, options, tx, keeper);
+      track.outcome = 'failed_stored';
+      return this.storeUnkeepable(record, error, options, tx, keeper, track);
     }
     if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
       // The effect happened; storing it as a failure keeps it from happening again.
@@ -431,11 +572,13 @@ export class Oncely {
         'RESULT_TOO_LARGE',
         `result is larger than maxResultBytes (${options.maxResultBytes})`,
       );
-      return this.storeUnkeepable(record, error, options, tx, keeper);
+      track.outcome = 'failed_stored';
+      return this.storeUnkeepable(record, error, options, tx, keeper, track);
     }
     const decoded = decodeValue<T>(result);
     const patch = finished('succeeded', result, options);
-    const done = await this.complete(record, patch, options, tx, keeper, decoded, undefined);
+    track.outcome = 'executed';
+    const done = await this.complete(record, patch, options, tx, keeper, decoded, undefined, track);
     return { value: decoded, replayed: false, record: done };
   }
 
@@ -446,8 +589,18 @@ export class Oncely {
     options: ResolvedOptions,
     tx: unknown,
     keeper: LeaseKeeper | undefined,
+    track: Track,
   ): Promise<never> {
-    await this.complete(record, finished('failed', encodeError(error), options), options, tx, keeper, undefined, error);
+    await this.complete(
+      record,
+      finished('failed', encodeError(error), options),
+      options,
+      tx,
+      keeper,
+      undefined,
+      error,
+      track,
+    );
     throw error;
   }
 
@@ -466,19 +619,25 @@ export class Oncely {
     // The outcome, carried by OUTCOME_NOT_STORED if it cannot be written: a value, or a failure to store.
     value: unknown,
     failure: unknown,
+    track: Track,
   ): Promise<PublicRecord> {
     const holder: Expectation = { fence: record.fence, states: COMPLETABLE };
     let applied: number | null;
     try {
       applied = await this.store.update(record, holder, patch, tx, RELATIVE);
     } catch (error) {
+      track.outcome = 'store_unavailable';
       // The function ran: a store failure now is not "nothing ran". Inside a caller's transaction a
       // failed statement dooms it, so there is nothing to retry there.
       if (error instanceof OncelyError || tx !== undefined || !keeper)
         throw completionFailure(error, record, value, failure);
       applied = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure);
+      track.outcome = patch.state === 'succeeded' ? 'executed' : 'failed_stored';
     }
-    if (applied === null) throw new LeaseLostError(record.key, record.action);
+    if (applied === null) {
+      track.outcome = 'lease_lost';
+      throw new LeaseLostError(record.key, record.action);
+    }
     const done = publicRecord(record, absolute(patch, applied));
     if (tx === undefined) this.cache?.set(done, patch.result ?? null);
     return done;
@@ -560,6 +719,8 @@ export class Oncely {
 
 /** Creates an engine on a store. */
 export async function createOncely(options: OncelyOptions): Promise<Oncely> {
+  // Spans start from the first call: the optional OpenTelemetry API has been looked for by then.
+  await tracingReady();
   return new Oncely(options);
 }
 
@@ -589,4 +750,52 @@ function completionFailure(error: unknown, record: StoredRecord, value: unknown,
 /** The relative patch of a finished record: completed now, expiring a TTL from now. */
 function finished(state: 'succeeded' | 'failed', result: string, options: ResolvedOptions): RecordPatch {
   return { state, result, leaseUntil: null, completedAt: 0, updatedAt: 0, expiresAt: options.ttlMs };
+}
+
+/** Outcomes that count as an intercepted duplicate when the call found the intent's record. */
+const INTERCEPTED: ReadonlySet<CallOutcome> = new Set(['replayed', 'in_progress', 'unknown']);
+/** Outcomes of a call that ran the function. */
+const RAN: ReadonlySet<CallOutcome> = new Set(['executed', 'released', 'failed_stored', 'lease_lost']);
+
+/**
+ * What one call found and did, filled in as it goes: its one outcome (store_unavailable until
+ * something else is known, since any store failure ends the call there), whether its key found a
+ * record, whether it took a claim over.
+ */
+class Track {
+  readonly surface: Surface;
+  readonly action: string;
+  readonly key: string;
+  readonly givenRequestId: string | undefined;
+  readonly tenant: string;
+  outcome: CallOutcome = 'store_unavailable';
+  found = false;
+  takenOver = false;
+  record: StoredRecord | PublicRecord | undefined;
+  ctx: ExecutionContext | undefined;
+  span: Span | undefined;
+
+  constructor(request: RunRequest, tenant: string) {
+    this.surface = request.surface ?? 'engine';
+    this.action = request.action;
+    this.key = request.key;
+    this.tenant = tenant;
+    this.givenRequestId = request.requestId;
+  }
+
+  private ownId: string | undefined;
+
+  /** The attempt's id: the caller's, the execution's, or a new one for a call that did not execute. */
+  requestId(): string {
+    if (this.ctx) return this.ctx.requestId;
+    this.ownId ??= this.givenRequestId ?? randomUUID();
+    return this.ownId;
+  }
+}
+
+/** The code and message of an error, as a decision carries it. */
+function errorFields(error: unknown): { code?: string; message: string } {
+  const e = error as { code?: unknown; message?: unknown };
+  const message = typeof e?.message === 'string' ? e.message : String(error);
+  return typeof e?.code === 'string' ? { code: e.code, message } : { message };
 }

@@ -1,0 +1,264 @@
+/**
+ * oncely's metrics: one catalogue of names, label sets and meanings, and the in-process cells that
+ * count them. Counting is a Map lookup and an addition, so every surface counts every decision;
+ * exporters (`oncely/prometheus`, the host's database totals) read the cells, never the hot path.
+ * Tenants are never label values: their number is unbounded.
+ */
+
+/** Where a call came from: the engine's own API, or the surface that called it. */
+export type Surface = 'engine' | 'http' | 'handler' | 'consumer' | 'tool' | 'flow' | 'scan';
+
+/**
+ * The one outcome of each engine call (`run`, `wrap`, and every surface built on them):
+ * executed (ran, outcome stored), replayed (a stored outcome answered), in_progress (refused: another
+ * caller holds the key), key_reused (refused: same key, other input), released (ran, failed, key freed),
+ * failed_stored (ran, failed, failure stored), lease_lost (ran, claim taken meanwhile), unknown
+ * (refused: outcome unknown under 'hold'), store_unavailable (the store failed, before or after running).
+ */
+export type CallOutcome =
+  | 'executed'
+  | 'replayed'
+  | 'in_progress'
+  | 'key_reused'
+  | 'released'
+  | 'failed_stored'
+  | 'lease_lost'
+  | 'unknown'
+  | 'store_unavailable';
+
+/** Seconds buckets of the duration histograms: a replay takes microseconds, an execution up to its lease. */
+export const DURATION_BUCKETS = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+] as const;
+
+interface MetricSpec {
+  readonly type: 'counter' | 'histogram' | 'gauge';
+  readonly help: string;
+  readonly labels: readonly string[];
+}
+
+/** Every metric oncely exports. Names follow Prometheus conventions; the README's list is checked against it. */
+export const METRICS = {
+  oncely_calls_total: {
+    type: 'counter',
+    help: 'Engine calls by their one outcome (executed, replayed, in_progress, key_reused, released, failed_stored, lease_lost, unknown, store_unavailable)',
+    labels: ['surface', 'action', 'outcome'],
+  },
+  oncely_key_hits_total: {
+    type: 'counter',
+    help: 'Engine calls whose key found an existing, unexpired record',
+    labels: ['surface', 'action'],
+  },
+  oncely_duplicates_total: {
+    type: 'counter',
+    help: 'Duplicates of an intent: intercepted="true" answered without executing, "false" executed again (a takeover after a lease ran out, or one found by a duplicate scan)',
+    labels: ['surface', 'action', 'intercepted'],
+  },
+  oncely_takeovers_total: {
+    type: 'counter',
+    help: 'Claims taken over from a holder whose lease ran out',
+    labels: ['surface', 'action'],
+  },
+  oncely_execution_seconds: {
+    type: 'histogram',
+    help: 'Time of an execution: the function and the write of its outcome',
+    labels: ['surface', 'action'],
+  },
+  oncely_replay_seconds: {
+    type: 'histogram',
+    help: 'Time to answer a duplicate with the stored outcome',
+    labels: ['surface', 'action'],
+  },
+  oncely_events_total: {
+    type: 'counter',
+    help: 'Events by outcome: accepted, duplicate, conflict, applied, stale, retrying, dead_lettered, replayed_from_dead_letter',
+    labels: ['source', 'type', 'outcome'],
+  },
+  oncely_events_ordered_total: {
+    type: 'counter',
+    help: 'Events consumed under declared ordering (applied or dropped as stale)',
+    labels: ['source', 'type'],
+  },
+  oncely_outbox_total: {
+    type: 'counter',
+    help: 'Outbox messages by outcome: enqueued, delivered, retried, dead_lettered',
+    labels: ['topic', 'outcome'],
+  },
+  oncely_flows_total: {
+    type: 'counter',
+    help: 'Flow runs by outcome: started, already (a start that found the run), completed, failed',
+    labels: ['flow', 'outcome'],
+  },
+  oncely_flow_steps_total: {
+    type: 'counter',
+    help: 'Flow steps by outcome: executed, memoized (answered from its stored memo), retried',
+    labels: ['flow', 'outcome'],
+  },
+  oncely_flow_compensations_total: {
+    type: 'counter',
+    help: 'Compensations of failed flows by outcome: succeeded, failed',
+    labels: ['flow', 'outcome'],
+  },
+  oncely_tool_calls_total: {
+    type: 'counter',
+    help: 'Agent tool calls by delivery state',
+    labels: ['tool', 'state'],
+  },
+  oncely_approvals_total: {
+    type: 'counter',
+    help: 'Agent approvals by decision: requested, approved, rejected, expired',
+    labels: ['tool', 'decision'],
+  },
+  oncely_credits_total: {
+    type: 'counter',
+    help: 'Agent credit reservations by outcome: reserved, confirmed, released',
+    labels: ['tool', 'outcome'],
+  },
+} as const satisfies Record<string, MetricSpec>;
+
+export type MetricName = keyof typeof METRICS;
+export type CounterName = { [K in MetricName]: (typeof METRICS)[K]['type'] extends 'counter' ? K : never }[MetricName];
+export type HistogramName = {
+  [K in MetricName]: (typeof METRICS)[K]['type'] extends 'histogram' ? K : never;
+}[MetricName];
+
+/** One labelled series: its label values in the catalogue's order, and its value (a counter) or buckets (a histogram). */
+export interface Series {
+  readonly labels: readonly string[];
+  value: number;
+  /** Histograms: observations at or under each of DURATION_BUCKETS, not cumulative. */
+  readonly buckets?: number[];
+  /** Histograms: the sum of the observations, in seconds. */
+  sum: number;
+}
+
+// Label values are joined with a character no action, topic or flow name may hold (names are validated).
+const SEP = '\u0001';
+
+/**
+ * The cells of every metric of one process (or of one test). Counting never throws and never
+ * allocates once a series exists.
+ */
+export class Metrics {
+  private readonly series = new Map<MetricName, Map<string, Series>>();
+
+  /** `enabled: false` counts nothing (the baseline of the benchmarks). */
+  constructor(readonly enabled = true) {}
+
+  /** Adds `n` to the counter series of `labels` (values in the catalogue's label order). */
+  add(name: CounterName, labels: readonly string[], n = 1): void {
+    if (this.enabled) this.cell(name, labels).value += n;
+  }
+
+  /** Records one duration in seconds. */
+  observe(name: HistogramName, labels: readonly string[], seconds: number): void {
+    if (!this.enabled) return;
+    const cell = this.cell(name, labels);
+    cell.value += 1;
+    cell.sum += seconds;
+    const buckets = cell.buckets as number[];
+    let i = 0;
+    while (i < DURATION_BUCKETS.length && seconds > (DURATION_BUCKETS[i] as number)) i++;
+    buckets[i] = (buckets[i] as number) + 1;
+  }
+
+  /** The series of one metric, as they are now (live objects: copy what must not change). */
+  read(name: MetricName): readonly Series[] {
+    return [...(this.series.get(name)?.values() ?? [])];
+  }
+
+  /** The value of one counter series, 0 when never counted. */
+  value(name: CounterName, labels: readonly string[]): number {
+    return this.series.get(name)?.get(labels.join(SEP))?.value ?? 0;
+  }
+
+  /** The sum of a counter over every series whose labels match `where` (label name to value). */
+  sum(name: CounterName, where: Record<string, string> = {}): number {
+    const names = METRICS[name].labels as readonly string[];
+    const wanted = Object.entries(where).map(([label, value]) => [names.indexOf(label), value] as const);
+    let total = 0;
+    for (const series of this.series.get(name)?.values() ?? [])
+      if (wanted.every(([i, value]) => series.labels[i] === value)) total += series.value;
+    return total;
+  }
+
+  /** Forgets every series (tests, and a host that reloads its totals). */
+  reset(): void {
+    this.series.clear();
+  }
+
+  private cell(name: MetricName, labels: readonly string[]): Series {
+    let byLabels = this.series.get(name);
+    if (!byLabels) {
+      byLabels = new Map();
+      this.series.set(name, byLabels);
+    }
+    const id = labels.length === 1 ? (labels[0] as string) : labels.join(SEP);
+    let cell = byLabels.get(id);
+    if (!cell) {
+      const histogram = METRICS[name].type === 'histogram';
+      cell = {
+        labels: [...labels],
+        value: 0,
+        sum: 0,
+        ...(histogram ? { buckets: new Array<number>(DURATION_BUCKETS.length + 1).fill(0) } : {}),
+      };
+      byLabels.set(id, cell);
+    }
+    return cell;
+  }
+}
+
+/** The metrics of this process: what every surface counts into unless given its own. */
+export const processMetrics = new Metrics();
+
+/** The four rates of the method, each with its target. NaN when nothing was counted yet. */
+export interface Rates {
+  /** Duplicates answered without executing / all duplicates. Target at least 0.999. */
+  duplicateInterception: number;
+  /** Keyed calls that found an existing record / all keyed calls. */
+  keyHit: number;
+  /** Events dropped as stale / events consumed under declared ordering. */
+  staleDrop: number;
+  /** Compensations that succeeded / compensations attempted. */
+  compensationSuccess: number;
+}
+
+/** Targets of the rates where the method sets one. */
+export const RATE_TARGETS = { duplicateInterception: 0.999, compensationSuccess: 1 } as const;
+
+/** Totals the four rates are computed from: a process's metrics, or the host's database totals. */
+export interface RateTotals {
+  duplicatesIntercepted: number;
+  duplicates: number;
+  keyHits: number;
+  calls: number;
+  staleEvents: number;
+  orderedEvents: number;
+  compensationsSucceeded: number;
+  compensations: number;
+}
+
+/** The totals of the four rates in `metrics`. */
+export function rateTotals(metrics: Metrics): RateTotals {
+  return {
+    duplicatesIntercepted: metrics.sum('oncely_duplicates_total', { intercepted: 'true' }),
+    duplicates: metrics.sum('oncely_duplicates_total'),
+    keyHits: metrics.sum('oncely_key_hits_total'),
+    calls: metrics.sum('oncely_calls_total'),
+    staleEvents: metrics.sum('oncely_events_total', { outcome: 'stale' }),
+    orderedEvents: metrics.sum('oncely_events_ordered_total'),
+    compensationsSucceeded: metrics.sum('oncely_flow_compensations_total', { outcome: 'succeeded' }),
+    compensations: metrics.sum('oncely_flow_compensations_total'),
+  };
+}
+
+/** The four rates, computed one way everywhere. */
+export function rates(totals: RateTotals): Rates {
+  return {
+    duplicateInterception: totals.duplicatesIntercepted / totals.duplicates,
+    keyHit: totals.keyHits / totals.calls,
+    staleDrop: totals.staleEvents / totals.orderedEvents,
+    compensationSuccess: totals.compensationsSucceeded / totals.compensations,
+  };
+}
