@@ -17,7 +17,6 @@ export {
 } from './core/errors.js';
 export { canonicalJson, fingerprint } from './core/fingerprint.js';
 export { type KeyPart, keyFrom, MAX_KEY_LENGTH, validateKey } from './core/key.js';
-export type { LeaseExpiredPolicy, PublicRecord, RecordId, RecordState, StoredRecord } from './core/record.js';
 export {
   type CallOutcome,
   METRICS,
@@ -30,7 +29,8 @@ export {
   rateTotals,
   type Surface,
 } from './core/metrics.js';
-export { type DecisionEvent, type ObserveOptions, type OncelyLogger, Observer } from './core/observer.js';
+export { type DecisionEvent, type ObserveOptions, Observer, type OncelyLogger } from './core/observer.js';
+export type { LeaseExpiredPolicy, PublicRecord, RecordId, RecordState, StoredRecord } from './core/record.js';
 export type { RunContext } from './engine/context.js';
 export {
   createOncely,
