@@ -49,6 +49,10 @@ export const ERRORS = {
   },
   REQUEST_TOO_LARGE: { status: 413, meaning: 'the request body is over `maxBodyBytes` (never stored)' },
   BODY_INVALID: { status: 400, meaning: 'the request body is not JSON, or not the JSON object a webhook must be' },
+  TRACE_ID_INVALID: {
+    status: 400,
+    meaning: 'an `Oncely-Trace-Id` or `X-Request-Id` header sent twice, empty, over 128 characters, or not printable ASCII',
+  },
   // The host
   HANDLER_UNKNOWN: { status: 404, meaning: 'no handler of that name' },
   TENANT_INVALID: {
