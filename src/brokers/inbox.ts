@@ -1,0 +1,224 @@
+/**
+ * The inbox: broker messages in. A source's batch is stored as events in one transaction, the
+ * transaction commits, and only then is each message acknowledged; a repeat of a stored (source, id)
+ * is acknowledged as a duplicate, however long after (oncely's retention, not the broker's window).
+ * A failed transaction gives the batch back to the broker for redelivery. No broker client is
+ * imported here: sources come from their own modules (`nats.ts`, `rabbitmq.ts`, `redis-streams.ts`).
+ */
+import { OncelyError } from '../core/errors.js';
+import { validateKey } from '../core/key.js';
+import type { Db, Sql } from '../db/types.js';
+import type { RunContext } from '../engine/context.js';
+import type { Oncely, RunRequest } from '../engine/engine.js';
+import type { HostLog } from '../host/context.js';
+import { errorText } from '../host/failure-log.js';
+import type { BrokerMessage, BrokerSource, SourceStatus } from './types.js';
+
+/** What the inbox needs of the event queue: `EventQueue.intake` with a transaction. */
+export interface EventIntake {
+  intake(
+    source: string,
+    id: string,
+    type: string,
+    data: unknown,
+    tx: Sql,
+  ): Promise<'accepted' | 'duplicate' | 'conflict'>;
+}
+
+/** How many messages of one batch ended each way. */
+export interface BatchOutcome {
+  accepted: number;
+  duplicate: number;
+  conflict: number;
+  /** Refused for good (no id, an id that is not a valid key): never processed. */
+  rejected: number;
+  /** Given back to the broker: the transaction failed. */
+  retried: number;
+}
+
+/** Options of an inbox into the event queue. */
+export interface InboxOptions {
+  /** The database the event queue is on. */
+  db: Db;
+  /** The event queue (the host's `events`). */
+  events: EventIntake;
+  /** Where refused messages and failed batches are reported; default one line on stderr each. */
+  logger?: HostLog;
+}
+
+/** A broker source driven by one way of taking its batches; `start` and `stop` it with the process. */
+export class Inbox {
+  constructor(
+    readonly source: BrokerSource,
+    private readonly take: (batch: readonly BrokerMessage[]) => Promise<void>,
+  ) {
+    checkSourceName(source.name);
+  }
+
+  /** Starts the source; its batches are taken until `stop()`. */
+  start(): Promise<void> {
+    return this.source.start((batch) => this.take(batch));
+  }
+
+  /** Stops the source after the batch in flight. */
+  stop(): Promise<void> {
+    return this.source.stop();
+  }
+
+  status(): SourceStatus {
+    return this.source.status();
+  }
+}
+
+/**
+ * An inbox into the event queue: the host's consumers, ordering by business version, retries and
+ * dead letters then apply to broker messages as to webhooks.
+ * @example
+ * const inbox = eventInbox(natsSource({ name: 'orders', stream: 'ORDERS', durable: 'shop' }), { db, events: host.events });
+ * await inbox.start();
+ */
+export function eventInbox(source: BrokerSource, options: InboxOptions): Inbox {
+  return new Inbox(source, async (batch) => void (await intakeBatch(source.name, batch, options)));
+}
+
+/** Stores one batch in one transaction, then acks each message (or gives them all back). */
+export async function intakeBatch(
+  name: string,
+  batch: readonly BrokerMessage[],
+  options: InboxOptions,
+): Promise<BatchOutcome> {
+  const { db, events, logger } = options;
+  const counts: BatchOutcome = { accepted: 0, duplicate: 0, conflict: 0, rejected: 0, retried: 0 };
+  const keyed: { message: BrokerMessage; id: string }[] = [];
+  for (const message of batch) {
+    const refusal = refuse(message.id);
+    if (refusal === undefined) keyed.push({ message, id: message.id as string });
+    else {
+      counts.rejected++;
+      await rejectMessage(message, refusal, logger, name);
+    }
+  }
+  if (keyed.length === 0) return counts;
+  for (const { message } of keyed) message.working?.();
+  let outcomes: ('accepted' | 'duplicate' | 'conflict')[];
+  try {
+    outcomes = await db.transaction(async (tx) => {
+      const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
+      for (const { message, id } of keyed) out.push(await events.intake(name, id, message.type, message.data, tx));
+      return out;
+    });
+  } catch (error) {
+    counts.retried = keyed.length;
+    report(
+      logger,
+      'error',
+      'broker batch not stored',
+      `${name}: ${keyed.length} message(s) given back for redelivery`,
+      {
+        source: name,
+        messages: keyed.length,
+        error: errorText(error),
+      },
+    );
+    await Promise.all(keyed.map(({ message }) => settle(message.retry(), logger, name)));
+    return counts;
+  }
+  // Committed: from here a crash before the ack gets the message again, answered as a duplicate.
+  for (const outcome of outcomes) counts[outcome]++;
+  await Promise.all(keyed.map(({ message }) => settle(message.ack(), logger, name)));
+  return counts;
+}
+
+/** Options of an inbox over an Oncely engine, for a service that is not an oncely app. */
+export interface OnceInboxOptions<T> {
+  once: Oncely;
+  /** The engine action every message runs under; the key is the message id. */
+  action: string;
+  /** The side effect of one message; it runs once per id, a redelivery replays its stored outcome. */
+  handle(message: BrokerMessage, ctx: RunContext): Promise<T> | T;
+  /** Engine options of the action (ttl: how long an id is remembered, default the engine's). */
+  run?: Omit<RunRequest, 'action' | 'key' | 'input' | 'surface'>;
+  logger?: HostLog;
+}
+
+/**
+ * The library form of the inbox: `message -> once.run({ action, key: message id }, handle) -> ack`.
+ * A handler that fails gives the message back for redelivery (the engine released its key, unless
+ * the action stores failures); a message without an id is rejected, never run without a key.
+ * @example
+ * const inbox = onceInbox(natsSource({ ... }), { once, action: 'ship', handle: (m) => ship(m.data) });
+ * await inbox.start();
+ */
+export function onceInbox<T>(source: BrokerSource, options: OnceInboxOptions<T>): Inbox {
+  const { once, action, handle, logger } = options;
+  const name = source.name;
+  const one = async (message: BrokerMessage) => {
+    const refusal = refuse(message.id);
+    if (refusal !== undefined) return rejectMessage(message, refusal, logger, name);
+    message.working?.();
+    try {
+      await once.run(
+        { ...options.run, action, key: message.id as string, input: message.data, surface: 'consumer' },
+        (ctx) => handle(message, ctx),
+      );
+    } catch (error) {
+      report(logger, 'error', 'broker message failed', `${name}: ${message.id} given back for redelivery`, {
+        source: name,
+        id: message.id,
+        error: errorText(error),
+      });
+      return settle(message.retry(), logger, name);
+    }
+    await settle(message.ack(), logger, name);
+  };
+  return new Inbox(source, async (batch) => void (await Promise.all(batch.map(one))));
+}
+
+/** Why a message cannot be taken: no id, or one that is not a valid key; undefined when it can. */
+function refuse(id: string | undefined): string | undefined {
+  if (id === undefined || id === '') return 'the message has no id: it is rejected, never processed without a key';
+  try {
+    validateKey(id);
+    return undefined;
+  } catch (error) {
+    return `the message id is not a valid key (${error instanceof Error ? error.message : String(error)})`;
+  }
+}
+
+async function rejectMessage(
+  message: BrokerMessage,
+  reason: string,
+  logger: HostLog | undefined,
+  source: string,
+): Promise<void> {
+  report(logger, 'warn', 'broker message rejected', `${source}: ${reason}`, { source, type: message.type });
+  await settle(message.reject(reason), logger, source);
+}
+
+function checkSourceName(name: string): void {
+  if (typeof name !== 'string' || name.length === 0 || name.includes('/'))
+    throw new OncelyError('CONFIG_INVALID', 'a broker source needs a non-empty name without "/"');
+}
+
+// An ack or retry that fails (connection lost) is the broker's to redeliver: logged, not thrown.
+async function settle(done: Promise<void>, logger: HostLog | undefined, source: string): Promise<void> {
+  try {
+    await done;
+  } catch (error) {
+    report(logger, 'warn', 'broker acknowledgement failed', `${source}: the broker will redeliver`, {
+      source,
+      error: errorText(error),
+    });
+  }
+}
+
+function report(
+  logger: HostLog | undefined,
+  level: 'warn' | 'error',
+  message: string,
+  line: string,
+  fields: Record<string, unknown>,
+): void {
+  if (logger) logger[level](message, fields);
+  else process.stderr.write(`oncely: ${message}: ${line}\n`);
+}
