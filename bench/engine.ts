@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import pg from 'pg';
 import { createClient } from 'redis';
-import { createOncely } from '../src/engine/engine.js';
+import { createOncely, type OncelyOptions } from '../src/engine/engine.js';
 import { postgresStore } from '../src/postgres/index.js';
 import { redisStore } from '../src/redis/index.js';
 import { sqliteStore } from '../src/sqlite/index.js';
@@ -19,9 +19,12 @@ export interface Subject {
 /** The small input every operation sends. */
 export const inputOf = (i: number) => ({ id: i, amount: 4200, currency: 'EUR' });
 
+/** What a subject observes (metrics, logger, hook, tracer); the engine's defaults when not given. */
+export type Observed = Omit<OncelyOptions, 'store' | 'tenant'>;
+
 /** Runs the workload through `createOncely` on `store`; `cleanup` drops the store's data after close. */
-async function subject(store: RecordStore, cleanup: () => Promise<void>): Promise<Subject> {
-  const once = await createOncely({ store, tenant: TENANT });
+async function subject(store: RecordStore, cleanup: () => Promise<void>, observed: Observed): Promise<Subject> {
+  const once = await createOncely({ ...observed, store, tenant: TENANT });
   const call = (i: number) =>
     once.run({ action: ACTION, key: `k${i}`, input: inputOf(i) }, () => ({ ok: true as const, id: i }));
   return {
@@ -41,33 +44,41 @@ async function subject(store: RecordStore, cleanup: () => Promise<void>): Promis
 }
 
 /** The SQLite store on a file in `dir`, with its defaults (WAL, synchronous=FULL, busy timeout). */
-export function sqliteSubject(dir: string): Promise<Subject> {
-  return subject(sqliteStore({ path: join(dir, 'oncely.db') }), async () => {});
+export function sqliteSubject(dir: string, observed: Observed = {}, file = 'oncely.db'): Promise<Subject> {
+  return subject(sqliteStore({ path: join(dir, file) }), async () => {}, observed);
 }
 
 /** The PostgreSQL store in a fresh schema, dropped afterwards. */
-export function postgresSubject(schema: string): Promise<Subject> {
-  return subject(postgresStore({ connectionString: PG_URL, schema }), async () => {
-    const client = new pg.Client({ connectionString: PG_URL });
-    await client.connect();
-    try {
-      await dropSchema(client, schema);
-    } finally {
-      await client.end();
-    }
-  });
+export function postgresSubject(schema: string, observed: Observed = {}): Promise<Subject> {
+  return subject(
+    postgresStore({ connectionString: PG_URL, schema }),
+    async () => {
+      const client = new pg.Client({ connectionString: PG_URL });
+      await client.connect();
+      try {
+        await dropSchema(client, schema);
+      } finally {
+        await client.end();
+      }
+    },
+    observed,
+  );
 }
 
 /** The Redis store under a fresh prefix, deleted afterwards. */
-export function redisSubject(prefix: string): Promise<Subject> {
-  return subject(redisStore({ url: REDIS_URL, prefix }), async () => {
-    const client = createClient({ url: REDIS_URL });
-    client.on('error', () => {});
-    await client.connect();
-    try {
-      await dropPrefix(client, prefix);
-    } finally {
-      await client.close();
-    }
-  });
+export function redisSubject(prefix: string, observed: Observed = {}): Promise<Subject> {
+  return subject(
+    redisStore({ url: REDIS_URL, prefix }),
+    async () => {
+      const client = createClient({ url: REDIS_URL });
+      client.on('error', () => {});
+      await client.connect();
+      try {
+        await dropPrefix(client, prefix);
+      } finally {
+        await client.close();
+      }
+    },
+    observed,
+  );
 }

@@ -6,8 +6,11 @@
  * Then the HTTP part (bench/http.ts): each framework bare, with the Idempotency-Key middleware on
  * unique keys and on replays, against the engine's own run.
  *
+ * Then the observability part (bench/observe.ts): the engine observed (metrics, tracer, hook) beside
+ * the same engine with all of it off.
+ *
  * Then the flows part (bench/flows.ts): durable flows of three steps, oncely on PostgreSQL and
- * SQLite beside DBOS Transact on the same PostgreSQL. BENCH_ONLY=engine, http or flows runs one
+ * SQLite beside DBOS Transact on the same PostgreSQL. BENCH_ONLY=engine, observe, http or flows runs one
  * part only.
  *
  * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
@@ -34,6 +37,7 @@ import {
 import { type HttpResult, runHttp } from './http.js';
 import { httpReport } from './http-report.js';
 import { type MemoryResult, measureMemory } from './memory.js';
+import { type ObserveResult, observeReport, runObserve } from './observe.js';
 import { powertoolsSubject } from './powertools.js';
 import { redisCpu, runId, scratchDir } from './setup.js';
 
@@ -126,14 +130,17 @@ async function runPlan(plan: Plan): Promise<Result[]> {
   }
 }
 
+const PARTS = ['engine', 'observe', 'http', 'flows'];
+
 async function main(): Promise<void> {
-  if (ONLY !== undefined && ONLY !== 'engine' && ONLY !== 'http' && ONLY !== 'flows')
-    throw new Error(`BENCH_ONLY must be engine, http or flows, got ${ONLY}`);
+  if (ONLY !== undefined && !PARTS.includes(ONLY))
+    throw new Error(`BENCH_ONLY must be one of ${PARTS.join(', ')}, got ${ONLY}`);
   const started = Date.now();
   const engine = ONLY === undefined || ONLY === 'engine' ? await runEngine() : undefined;
+  const observe = ONLY === undefined || ONLY === 'observe' ? await runObserve() : undefined;
   const http = ONLY === undefined || ONLY === 'http' ? await runHttp() : undefined;
   const flows = ONLY === undefined || ONLY === 'flows' ? await runFlows() : undefined;
-  report(engine, http, flows, Date.now() - started);
+  report(engine, observe, http, flows, Date.now() - started);
 }
 
 /** The engine part: every store's plan, and memory per key on SQLite. */
@@ -187,14 +194,21 @@ type Checked = Check & { name: string; store: string };
 
 function report(
   engine: { results: Result[]; memory: MemoryResult } | undefined,
+  observeResults: ObserveResult[] | undefined,
   httpResults: HttpResult[] | undefined,
   flowsResults: FlowsResult[] | undefined,
   ms: number,
 ): void {
   const part = engine ? engineReport(engine.results, engine.memory) : undefined;
+  const observe = observeResults ? observeReport(observeResults) : undefined;
   const http = httpResults ? httpReport(httpResults) : undefined;
   const flows = flowsResults ? flowsReport(flowsResults) : undefined;
-  const checks = [...(part?.checks ?? []), ...(http?.checks ?? []), ...(flows?.checks ?? [])];
+  const checks = [
+    ...(part?.checks ?? []),
+    ...(observe?.checks ?? []),
+    ...(http?.checks ?? []),
+    ...(flows?.checks ?? []),
+  ];
   const failed = checks.filter((c) => !(c.ratio >= c.min));
   // A wrong response is a broken middleware, not a slow one: the bench fails whatever the speed.
   if (http && http.failures.length > 0) process.exitCode = 1;
@@ -202,6 +216,7 @@ function report(
     config: { concurrency: CONCURRENCY, rounds: ROUNDS, maxMs: MAX_MS, warmup: WARMUP, node: process.version },
     results: engine?.results,
     memory: engine?.memory,
+    observe: observeResults,
     http: httpResults?.map((r) => ({
       ...r,
       bare: strip(r.bare),
@@ -219,7 +234,9 @@ function report(
     process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
     return;
   }
-  const sections = [part?.lines, http?.lines, flows?.lines].filter((l): l is string[] => l !== undefined);
+  const sections = [part?.lines, observe?.lines, http?.lines, flows?.lines].filter(
+    (l): l is string[] => l !== undefined,
+  );
   const lines = sections.flatMap((l, k) => (k === 0 ? l : ['', ...l]));
   lines.push(
     '',
