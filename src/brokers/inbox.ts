@@ -7,10 +7,10 @@
  */
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
+import type { OncelyLogger } from '../core/observer.js';
 import type { Db, Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunRequest } from '../engine/engine.js';
-import type { HostLog } from '../host/context.js';
 import { errorText } from '../host/failure-log.js';
 import type { BrokerMessage, BrokerSource, SourceStatus } from './types.js';
 
@@ -43,7 +43,7 @@ export interface InboxOptions {
   /** The event queue (the host's `events`). */
   events: EventIntake;
   /** Where refused messages and failed batches are reported; default one line on stderr each. */
-  logger?: HostLog;
+  logger?: OncelyLogger;
 }
 
 /** A broker source driven by one way of taking its batches; `start` and `stop` it with the process. */
@@ -138,7 +138,7 @@ export interface OnceInboxOptions<T> {
   handle(message: BrokerMessage, ctx: RunContext): Promise<T> | T;
   /** Engine options of the action (ttl: how long an id is remembered, default the engine's). */
   run?: Omit<RunRequest, 'action' | 'key' | 'input' | 'surface'>;
-  logger?: HostLog;
+  logger?: OncelyLogger;
 }
 
 /**
@@ -188,7 +188,7 @@ function refuse(id: string | undefined): string | undefined {
 async function rejectMessage(
   message: BrokerMessage,
   reason: string,
-  logger: HostLog | undefined,
+  logger: OncelyLogger | undefined,
   source: string,
 ): Promise<void> {
   report(logger, 'warn', 'broker message rejected', `${source}: ${reason}`, { source, type: message.type });
@@ -201,7 +201,7 @@ function checkSourceName(name: string): void {
 }
 
 // An ack or retry that fails (connection lost) is the broker's to redeliver: logged, not thrown.
-async function settle(done: Promise<void>, logger: HostLog | undefined, source: string): Promise<void> {
+async function settle(done: Promise<void>, logger: OncelyLogger | undefined, source: string): Promise<void> {
   try {
     await done;
   } catch (error) {
@@ -213,12 +213,12 @@ async function settle(done: Promise<void>, logger: HostLog | undefined, source: 
 }
 
 function report(
-  logger: HostLog | undefined,
+  logger: OncelyLogger | undefined,
   level: 'warn' | 'error',
   message: string,
   line: string,
   fields: Record<string, unknown>,
 ): void {
-  if (logger) logger[level](message, fields);
+  if (logger) logger[level](fields, message);
   else process.stderr.write(`oncely: ${message}: ${line}\n`);
 }
