@@ -91,7 +91,7 @@ export const METRICS = {
   },
   oncely_flow_steps_total: {
     type: 'counter',
-    help: 'Flow steps by outcome: executed, memoized (answered from its stored memo), retried',
+    help: 'Flow steps by outcome: executed, memoized (answered from its stored memo), retried (an attempt failed, tried again), failed (for good)',
     labels: ['flow', 'outcome'],
   },
   oncely_flow_compensations_total: {

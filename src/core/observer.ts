@@ -65,6 +65,9 @@ const LOGGED: Record<string, Level> = {
   stale: 'info',
   dead_lettered: 'error',
   conflict: 'warn',
+  flow_failed: 'error',
+  step_retried: 'warn',
+  compensation_failed: 'error',
 };
 
 /** The metrics, logger, hook and tracer of one surface, shared by everything it runs. */

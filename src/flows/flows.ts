@@ -3,6 +3,8 @@ import { type Duration, toMs } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { keyFrom, validateKey } from '../core/key.js';
+import { type ObserveOptions, Observer } from '../core/observer.js';
+import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
@@ -10,8 +12,13 @@ import { type ExecutionOutcome, executeFlow } from './replay.js';
 import * as q from './sql.js';
 import { FLOW_WORK, JUST_STARTED, migrateFlowTables, runnable } from './tables.js';
 
-/** Options of `createFlows`. */
-export interface FlowsOptions {
+/**
+ * Options of `createFlows`. The observe options (`logger`, `onDecision`, `metrics`, `tracer`) are
+ * createOncely's: flows count `oncely_flows_total`, `oncely_flow_steps_total` and
+ * `oncely_flow_compensations_total`, span each run (`oncely.flow`) and step (`oncely.step`), and
+ * report the decisions `flow_failed`, `step_retried` and `compensation_failed`.
+ */
+export interface FlowsOptions extends ObserveOptions {
   /** Where flows, steps and signals live: `openDb(path | url)`. */
   db: Db;
   flows: readonly AnyFlow[];
@@ -69,6 +76,9 @@ function toRecord(row: FlowRow): FlowRecord {
 const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
 const run = (sql: Sql, { text, values }: Statement) => sql.run(text, values);
 
+/** What a run recorded: the flow's new status, or nothing (`lease_lost`: its claim was fenced off, or it stopped for a new holder). */
+type RunRecorded = 'completed' | 'failed' | 'waiting' | 'lease_lost';
+
 /** A claimed flow, as the claim returns it. */
 type ClaimedFlow = Pick<FlowRow, 'workflow_id' | 'name' | 'input'>;
 
@@ -78,8 +88,7 @@ type ClaimedFlow = Pick<FlowRow, 'workflow_id' | 'name' | 'input'>;
  * @example const flows = await createFlows({ db, flows: [postprocess] }); await flows.startWorker(); await flows.start(postprocess, input)
  */
 export class Flows {
-  /** Counts since this process started: compensations that ran and that failed. */
-  readonly counters = { completed: 0, failed: 0, compensated: 0, compensationFailed: 0 };
+  private readonly observer: Observer;
   private readonly byName = new Map<string, AnyFlow>();
   private readonly work: WorkQueue<ClaimedFlow>;
   private readonly pollMs: number;
@@ -96,12 +105,14 @@ export class Flows {
     this.work = new WorkQueue(options.db, FLOW_WORK, { leaseMs: toMs(options.lease ?? '30s', 'lease') });
     this.pollMs = toMs(options.poll ?? '200ms', 'poll');
     this.concurrency = options.concurrency ?? 16;
+    this.observer = new Observer(options);
   }
 
   /**
    * Starts a flow for the business id its seed fields give, unless it exists: then returns it with
    * `already: true`. Another input under the same business id is FLOW_INPUT_MISMATCH. With `tx`
-   * (a host handler's transaction) the start commits with the caller's writes.
+   * (a host handler's transaction) the start commits with the caller's writes; it is counted
+   * `started` when its row is written, so a caller's transaction that rolls back still counted it.
    */
   async start<I>(
     flow: FlowDefinition<I, unknown>,
@@ -127,8 +138,10 @@ export class Flows {
           'FLOW_INPUT_MISMATCH',
           `flow ${workflowId} was started with another input under the same seed (${flow.seed.join(', ')})`,
         );
+      this.observer.metrics.add('oncely_flows_total', [flow.name, 'already']);
       return { workflowId, already: true };
     }
+    this.observer.metrics.add('oncely_flows_total', [flow.name, 'started']);
     // Started here with room to run: run it now rather than after the next poll.
     if (!options.tx && this.working && this.running.size < this.concurrency) await this.claimOne(workflowId);
     else this.wake?.();
@@ -311,43 +324,79 @@ export class Flows {
     this.running.set(row.workflow_id, done);
   }
 
+  /** Runs a claimed flow in its span (`oncely.flow`), its steps' spans as children. */
   private async runFlow(flow: AnyFlow, claim: Claim<ClaimedFlow>): Promise<void> {
+    const span = startSpan(this.observer.activeTracer, 'oncely.flow', {
+      'oncely.flow': flow.name,
+      'oncely.workflow_id': claim.row.workflow_id,
+      'oncely.attempt': claim.attempts,
+      'oncely.fence': claim.fence,
+    });
+    try {
+      const recorded = await withSpan(span, () => this.execute(flow, claim));
+      endSpan(span, { 'oncely.outcome': recorded });
+    } catch (error) {
+      // The database failed while recording: the run is left to its lease.
+      endSpan(span, { 'oncely.outcome': 'store_unavailable' }, error);
+      throw error;
+    }
+  }
+
+  /** One run of a claimed flow, and its outcome recorded under the claim; answers what was recorded. */
+  private async execute(flow: AnyFlow, claim: Claim<ClaimedFlow>): Promise<RunRecorded> {
     const db = this.options.db;
     const id = claim.row.workflow_id;
+    const { metrics } = this.observer;
     // Renewed on the process's one renewal timer; a refused renewal means another worker took it over.
     const held = this.work.keep(claim);
     let outcome: ExecutionOutcome;
     try {
-      outcome = await executeFlow(db, flow, id, JSON.parse(claim.row.input), () => held.holds());
+      outcome = await executeFlow(db, flow, id, JSON.parse(claim.row.input), () => held.holds(), this.observer);
     } finally {
       held.stop();
     }
+    // Counted when this claim's write won: a fenced-off run's outcome is not the flow's.
     if (outcome.status === 'completed') {
-      if (await this.work.complete(db, claim, 'completed', { result: JSON.stringify(outcome.result) }))
-        this.counters.completed++;
-    } else if (outcome.status === 'failed') {
-      if (await this.work.complete(db, claim, 'failed', { error: JSON.stringify(outcome.error) }))
-        this.counters.failed++;
-      // They ran, whether or not this run's failure was the one recorded.
-      this.counters.compensated += outcome.compensated;
-      this.counters.compensationFailed += outcome.compensationFailed;
-    } else if (outcome.reason === 'waiting') {
-      // A signal may have arrived while this run was deciding to wait: it stays runnable then.
-      await db.transaction(async (tx) => {
-        if (!(await this.work.complete(tx, claim, 'waiting', { wake_at: outcome.wakeAt }))) return;
-        // Runnable when a wait it stopped at has its signal: the n-th wait for a name takes the n-th
-        // signal of that name. Signals of other names, or already taken, must not wake it (a wake
-        // would only suspend again, and set it pending again, in a loop).
-        const waits = await all<{ step_id: string }>(tx, q.waitingSteps(id));
-        const counts = await all<{ name: string; n: number | string }>(tx, q.signalCounts(id));
-        const received = new Map(counts.map((c) => [c.name, Number(c.n)]));
-        const late = waits.some(({ step_id }) => {
-          const wait = /^wait:(.*):(\d+)$/s.exec(step_id);
-          return wait !== null && (received.get(wait[1] ?? '') ?? 0) >= Number(wait[2]);
-        });
-        if (late) await run(tx, q.wakeWaiting(id, null));
-      });
+      if (!(await this.work.complete(db, claim, 'completed', { result: JSON.stringify(outcome.result) })))
+        return 'lease_lost';
+      metrics.add('oncely_flows_total', [flow.name, 'completed']);
+      return 'completed';
     }
+    if (outcome.status === 'failed') {
+      if (!(await this.work.complete(db, claim, 'failed', { error: JSON.stringify(outcome.error) })))
+        return 'lease_lost';
+      metrics.add('oncely_flows_total', [flow.name, 'failed']);
+      if (this.observer.listening)
+        this.observer.decide({
+          decision: 'flow_failed',
+          surface: 'flow',
+          action: flow.name,
+          key: id,
+          fence: claim.fence,
+          attempt: claim.attempts,
+          error: { code: outcome.error.code, message: outcome.error.message },
+          detail: { workflowId: id },
+        });
+      return 'failed';
+    }
+    if (outcome.reason === 'lease_lost') return 'lease_lost';
+    const { wakeAt } = outcome;
+    // A signal may have arrived while this run was deciding to wait: it stays runnable then.
+    return db.transaction(async (tx) => {
+      if (!(await this.work.complete(tx, claim, 'waiting', { wake_at: wakeAt }))) return 'lease_lost';
+      // Runnable when a wait it stopped at has its signal: the n-th wait for a name takes the n-th
+      // signal of that name. Signals of other names, or already taken, must not wake it (a wake
+      // would only suspend again, and set it pending again, in a loop).
+      const waits = await all<{ step_id: string }>(tx, q.waitingSteps(id));
+      const counts = await all<{ name: string; n: number | string }>(tx, q.signalCounts(id));
+      const received = new Map(counts.map((c) => [c.name, Number(c.n)]));
+      const late = waits.some(({ step_id }) => {
+        const wait = /^wait:(.*):(\d+)$/s.exec(step_id);
+        return wait !== null && (received.get(wait[1] ?? '') ?? 0) >= Number(wait[2]);
+      });
+      if (late) await run(tx, q.wakeWaiting(id, null));
+      return 'waiting';
+    });
   }
 }
 

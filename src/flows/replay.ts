@@ -1,6 +1,8 @@
 import { backoffDelay, sleep } from '../core/backoff.js';
 import { type Duration, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
+import type { Observer } from '../core/observer.js';
+import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
 import type { Statement } from '../work/index.js';
 import type { AnyFlow, FlowRun, StepContext, StepOptions } from './define.js';
@@ -37,12 +39,7 @@ interface StepRow {
 /** What the worker learns from one execution. */
 export type ExecutionOutcome =
   | { status: 'completed'; result: unknown }
-  | {
-      status: 'failed';
-      error: { name: string; message: string; code: string };
-      compensated: number;
-      compensationFailed: number;
-    }
+  | { status: 'failed'; error: { name: string; message: string; code: string } }
   | { status: 'suspended'; reason: 'waiting' | 'lease_lost'; wakeAt: number | null };
 
 function errorOf(error: unknown): { name: string; message: string; code: string } {
@@ -66,9 +63,15 @@ async function durable<R>(operation: () => Promise<R>): Promise<R> {
   }
 }
 
+/** A step of the flow, or the compensation of one: counted apart, compensations as compensations. */
+type StepKind = 'step' | 'compensation';
+
 /**
  * Runs a flow function once from the top. Completed steps return their stored results, so a
- * replay after a crash or a redeploy continues where the last run stopped.
+ * replay after a crash or a redeploy continues where the last run stopped. Each step is counted
+ * (executed, memoized, retried, failed) and spanned under the active span (the run's); each
+ * compensation that runs in this execution is counted once (succeeded or failed), a memoized one
+ * not again: it was counted by the run that did it.
  */
 export async function executeFlow(
   db: Db,
@@ -76,7 +79,11 @@ export async function executeFlow(
   workflowId: string,
   input: unknown,
   holds: () => boolean,
+  observer: Observer,
 ): Promise<ExecutionOutcome> {
+  const { metrics } = observer;
+  const tracer = observer.activeTracer;
+  let stepIndex = 0;
   const compensations: { stepId: string; value: unknown; compensate: NonNullable<StepOptions['compensate']> }[] = [];
   const waits = new Map<string, number>();
   const stepContext = (stepId: string, attempt: number): StepContext => {
@@ -91,16 +98,56 @@ export async function executeFlow(
     (await all<StepRow & { step_id: string }>(q.readSteps(workflowId))).map((row) => [row.step_id, row] as const),
   );
 
-  const runStep = async <T>(
+  /** What one step did in this execution: answered from its memo (stored earlier), or ran `attempts` times. */
+  interface Done<T> {
+    value: T;
+    memoized: boolean;
+    attempts: number;
+  }
+
+  // A step or compensation, counted and spanned; the function it runs nests its own spans under the step's.
+  const observedStep = async <T>(
+    kind: StepKind,
     stepId: string,
     fn: (ctx: StepContext) => Promise<T> | T,
     options: StepOptions = {},
-  ): Promise<T> => {
+  ): Promise<Done<T>> => {
+    const index = stepIndex++;
+    const span = startSpan(tracer, 'oncely.step', {
+      'oncely.flow': flow.name,
+      'oncely.workflow_id': workflowId,
+      'oncely.step': stepId,
+      'oncely.step_index': index,
+      'oncely.compensation': kind === 'compensation',
+    });
+    try {
+      const done = await withSpan(span, () => attemptStep(kind, stepId, fn, options));
+      if (kind === 'step') metrics.add('oncely_flow_steps_total', [flow.name, done.memoized ? 'memoized' : 'executed']);
+      endSpan(span, {
+        'oncely.outcome': done.memoized ? 'memoized' : 'executed',
+        'oncely.memoized': done.memoized,
+        'oncely.attempt': done.attempts,
+      });
+      return done;
+    } catch (error) {
+      const failed = error instanceof StepFailed;
+      if (failed && kind === 'step') metrics.add('oncely_flow_steps_total', [flow.name, 'failed']);
+      endSpan(span, { 'oncely.outcome': failed ? 'failed' : 'suspended' }, failed ? error : undefined);
+      throw error;
+    }
+  };
+
+  const attemptStep = async <T>(
+    kind: StepKind,
+    stepId: string,
+    fn: (ctx: StepContext) => Promise<T> | T,
+    options: StepOptions,
+  ): Promise<Done<T>> => {
     const memo = stored.get(stepId);
     if (memo?.status === 'completed') {
       const value = JSON.parse(memo.result ?? 'null') as T;
       if (options.compensate) compensations.push({ stepId, value, compensate: options.compensate });
-      return value;
+      return { value, memoized: true, attempts: 0 };
     }
     if (memo?.status === 'failed') throw new StepFailed(stepId, JSON.parse(memo.error ?? '{}'));
     const { attempts = 3, backoff = '100ms', maxBackoff = '10s', final } = options.retry ?? {};
@@ -128,6 +175,19 @@ export async function executeFlow(
           });
           throw new StepFailed(stepId, failure);
         }
+        if (kind === 'step') {
+          metrics.add('oncely_flow_steps_total', [flow.name, 'retried']);
+          if (observer.listening)
+            observer.decide({
+              decision: 'step_retried',
+              surface: 'flow',
+              action: flow.name,
+              key: workflowId,
+              attempt,
+              error: errorOf(error),
+              detail: { workflowId, stepId },
+            });
+        }
         await sleep(backoffDelay(attempt, toMs(backoff, 'backoff'), toMs(maxBackoff, 'maxBackoff')));
         continue;
       }
@@ -149,9 +209,15 @@ export async function executeFlow(
         started_at: startedAt,
       });
       if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
-      return result;
+      return { value: result, memoized: false, attempts: attempt };
     }
   };
+
+  const runStep = async <T>(
+    stepId: string,
+    fn: (ctx: StepContext) => Promise<T> | T,
+    options?: StepOptions,
+  ): Promise<T> => (await observedStep('step', stepId, fn, options)).value;
 
   const waitFor = async <T>(name: string, options: { timeout?: Duration } = {}): Promise<T | null> => {
     const occurrence = (waits.get(name) ?? 0) + 1;
@@ -204,22 +270,30 @@ export async function executeFlow(
     // Only the holder may undo a flow: a worker that lost its lease leaves that to the new holder.
     if (!holds()) return { status: 'suspended', reason: 'lease_lost', wakeAt: null };
     // A final failure: undo what was done, newest first, each compensation once.
-    let compensated = 0;
-    let compensationFailed = 0;
     for (const done of compensations.reverse()) {
+      const stepId = `compensate:${done.stepId}`;
+      // Settled by an earlier execution (its memo): counted by the run that did it.
+      const earlier = stored.has(stepId);
       try {
-        await runStep(`compensate:${done.stepId}`, (ctx) => done.compensate(done.value, ctx));
-        compensated++;
-      } catch {
-        compensationFailed++;
+        await observedStep('compensation', stepId, (ctx) => done.compensate(done.value, ctx));
+        if (!earlier) metrics.add('oncely_flow_compensations_total', [flow.name, 'succeeded']);
+      } catch (failure) {
+        // A run that lost its lease undoes nothing more: the new holder goes on from the stored compensations.
+        if (failure instanceof Suspend) return { status: 'suspended', reason: failure.reason, wakeAt: null };
+        if (earlier) continue;
+        metrics.add('oncely_flow_compensations_total', [flow.name, 'failed']);
+        if (observer.listening)
+          observer.decide({
+            decision: 'compensation_failed',
+            surface: 'flow',
+            action: flow.name,
+            key: workflowId,
+            error: errorOf((failure as StepFailed).failure ?? failure),
+            detail: { workflowId, stepId },
+          });
       }
     }
     const cause = error instanceof StepFailed ? error.failure : errorOf(error);
-    return {
-      status: 'failed',
-      error: error instanceof StepFailed ? { ...cause, message: error.message } : cause,
-      compensated,
-      compensationFailed,
-    };
+    return { status: 'failed', error: error instanceof StepFailed ? { ...cause, message: error.message } : cause };
   }
 }

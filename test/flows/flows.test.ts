@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type Db, openDb } from '../../src/db/index.js';
+import { Metrics } from '../../src/core/metrics.js';
 import { type AnyFlow, createFlows, defineFlow, type Flows, type FlowsOptions } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 
@@ -492,7 +493,8 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
           { retry: { final: (e) => e instanceof Declined }, ...step('ship') },
         );
       });
-      const flows = await flowsOf([def]);
+      const metrics = new Metrics();
+      const flows = await flowsOf([def], { metrics });
       const { workflowId } = await flows.start(def, { id: 'C1' });
       expect((await failure(flows.result(workflowId, { timeout: '10s' }))).code).toBe('FLOW_FAILED');
       expect(log).toEqual(['ship', 'undo book B', 'undo charge C', 'undo reserve R']);
@@ -501,9 +503,9 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
         `${workflowId}:compensate:charge`,
         `${workflowId}:compensate:reserve`,
       ]);
-      expect(flows.counters.compensated).toBe(3);
-      expect(flows.counters.compensationFailed).toBe(0);
-      expect(flows.counters.failed).toBe(1);
+      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'succeeded'])).toBe(3);
+      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'failed'])).toBe(0);
+      expect(metrics.value('oncely_flows_total', [flowName, 'failed'])).toBe(1);
       const shown = await flows.show(workflowId);
       expect(shown?.status).toBe('failed');
       expect(shown?.error?.message).toContain('no courier');
@@ -518,7 +520,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       expect([...times].sort((a, b) => a - b)).toEqual(times);
     });
 
-    it('a compensation that fails is counted in compensationFailed, and the flow is still failed', async () => {
+    it('a compensation that fails is counted as failed, and the flow is still failed', async () => {
       const flowName = `saga-bad-${uid()}`;
       const log: string[] = [];
       const def = defineFlow<{ id: string }, unknown>(flowName, { seed: ['id'] }, async (run) => {
@@ -538,12 +540,15 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
           { retry: { final: () => true } },
         );
       });
-      const flows = await flowsOf([def]);
+      const metrics = new Metrics();
+      const flows = await flowsOf([def], { metrics });
       const { workflowId } = await flows.start(def, { id: 'B1' });
       expect((await failure(flows.result(workflowId, { timeout: '10s' }))).code).toBe('FLOW_FAILED');
       // The failing compensation is retried by the default policy (3 tries), then the next one runs.
       expect(log).toEqual(['undo c', 'undo b', 'undo b', 'undo b', 'undo a']);
-      expect(flows.counters).toMatchObject({ failed: 1, compensated: 2, compensationFailed: 1 });
+      expect(metrics.value('oncely_flows_total', [flowName, 'failed'])).toBe(1);
+      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'succeeded'])).toBe(2);
+      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'failed'])).toBe(1);
       const shown = await flows.show(workflowId);
       expect(shown?.status).toBe('failed');
       expect(shown?.error?.message).toContain('step d failed');
@@ -615,13 +620,14 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
             ),
         ]);
       });
-      const flows = await flowsOf([def]);
+      const metrics = new Metrics();
+      const flows = await flowsOf([def], { metrics });
       const { workflowId } = await flows.start(def, { id: 'PF1' });
       expect((await failure(flows.result(workflowId, { timeout: '10s' }))).code).toBe('FLOW_FAILED');
       await sleep(200);
       // The slow step's effect happened, so it is undone, before the steps that came before it.
       expect(log).toEqual(['slow done', 'undo slow', 'undo first']);
-      expect(flows.counters.compensated).toBe(2);
+      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'succeeded'])).toBe(2);
     });
 
     it('run.all of two waits: a timeout of one wakes the flow even while the other has none', async () => {
