@@ -102,6 +102,16 @@ export function contextFromHeaders(headers: Record<string, string | string[] | u
   });
 }
 
+/**
+ * The active context when a recording span is active in it (the engine's execute span, inside the
+ * function it runs), else undefined: what a surface hands on to code it starts later.
+ */
+export function spanContext(): Context | undefined {
+  if (!api) return undefined;
+  const active = api.context.active();
+  return api.trace.getSpan(active)?.isRecording() ? active : undefined;
+}
+
 /** Runs `fn` in `parent` as the active context (a caller's continued trace); as is when undefined. */
 export function withContext<T>(parent: Context | undefined, fn: () => T): T {
   if (!parent || !api) return fn();

@@ -22,7 +22,7 @@ export function idempotency(options: IdempotencyOptions<Request>): RequestHandle
       else if (start.kind === 'respond') send(res, start.response);
       else {
         holdResponse(res, gate.maxBodyBytes, start.run);
-        next();
+        start.run.within(next);
       }
     }, next);
   };
@@ -38,6 +38,7 @@ function factsOf(req: Request): RequestFacts {
     header: req.headers['idempotency-key'],
     body: req.body,
     bodyBytes: length ? Number(length) : undefined,
+    headers: req.headers,
   };
 }
 

@@ -69,7 +69,7 @@ export async function idempotency(fastify: FastifyInstance, options: FastifyIdem
       if (!gate.covers(request.method) || request.is404) return done(null, payload);
       const declared = request.headers['content-length'];
       if (declared !== undefined) {
-        if (Number(declared) > gate.maxBodyBytes) return send(reply, gate.tooLarge());
+        if (Number(declared) > gate.maxBodyBytes) return send(reply, gate.tooLarge(request.headers));
         return done(null, payload);
       }
       if (request.headers['transfer-encoding'] === undefined) return done(null, payload);
@@ -86,7 +86,7 @@ export async function idempotency(fastify: FastifyInstance, options: FastifyIdem
         if (start.kind === 'pass') return done();
         if (start.kind === 'respond') return send(reply, start.response);
         track(request, reply, start.run);
-        done();
+        start.run.within(done);
       },
       (error: Error) => done(error),
     );
@@ -144,6 +144,7 @@ function factsOf(request: FastifyRequest): RequestFacts {
     header: request.headers['idempotency-key'],
     body: request.body,
     bodyBytes: length === undefined ? undefined : Number(length),
+    headers: request.headers,
   };
 }
 

@@ -1,7 +1,7 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
 import { ERRORS } from '../core/errors.js';
-import { IdempotencyGate, type IdempotencyOptions } from '../http/gate.js';
+import { IdempotencyGate, type IdempotencyOptions, type RequestHeaders } from '../http/gate.js';
 import { problem } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
 
@@ -15,16 +15,17 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
   const gate = new IdempotencyGate(options);
   return async (c, next) => {
     if (!gate.covers(c.req.method)) return next();
+    const headers = idHeaders(c);
     // Refused on its declared size before a byte of it is read.
     const declared = c.req.header('content-length');
-    if (declared !== undefined && Number(declared) > gate.maxBodyBytes) return toResponse(gate.tooLarge());
+    if (declared !== undefined && Number(declared) > gate.maxBodyBytes) return toResponse(gate.tooLarge(headers));
     // A declared length bounds the body already (Node's parser delivers no more than it), so it is
     // read whole through Hono, whose node server has a fast path for that; reading the web stream
     // chunk by chunk cost Hono about two thirds of its replay throughput in the bench. Chunked
     // bodies are read up to the limit only: 413 at the first chunk past it.
     const bytes =
       declared !== undefined ? new Uint8Array(await c.req.arrayBuffer()) : await readBody(c.req.raw, gate.maxBodyBytes);
-    if (bytes === undefined) return toResponse(gate.tooLarge());
+    if (bytes === undefined) return toResponse(gate.tooLarge(headers));
     const text = bytes.byteLength === 0 ? '' : decoder.decode(bytes);
     // The handler reads the body from Hono's cache (c.req.json(), .text(), .arrayBuffer()), as after
     // c.req.text(): the request stream is read once. The exact bytes go first, so a binary body
@@ -50,10 +51,11 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
       header: c.req.header('idempotency-key'),
       body,
       bodyBytes: bytes.byteLength,
+      headers,
     });
     if (start.kind === 'pass') return next();
     if (start.kind === 'respond') return toResponse(start.response);
-    await next();
+    await start.run.within(next);
     if (c.error) {
       await start.run.abandon(c.error);
       return;
@@ -70,6 +72,19 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
 }
 
 const decoder = new TextDecoder();
+
+/**
+ * The headers the gate reads: trace and request ids, and the W3C trace context. Four lookups
+ * rather than a copy of every header of every request.
+ */
+function idHeaders(c: Context): RequestHeaders {
+  return {
+    'oncely-trace-id': c.req.header('oncely-trace-id'),
+    'x-request-id': c.req.header('x-request-id'),
+    traceparent: c.req.header('traceparent'),
+    tracestate: c.req.header('tracestate'),
+  };
+}
 const EMPTY = new Uint8Array(0);
 
 /**

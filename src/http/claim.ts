@@ -1,4 +1,5 @@
 import { OncelyError } from '../core/errors.js';
+import { type Context, withContext } from '../core/tracing.js';
 import type { RunContext } from '../engine/context.js';
 import type { RunResult } from '../engine/engine.js';
 import { encodeResponse, type HttpResponse, type StoredResponse, withExpiry } from './response.js';
@@ -20,6 +21,11 @@ export interface Execution {
    * execution; a handler that has not answered within one lease is abandoned.
    */
   clientLeft(): void;
+  /**
+   * Runs the handler (`next()`) in the trace context of the engine's execute span, so spans the
+   * handler starts are its children; as is when nothing is traced.
+   */
+  within<T>(handler: () => T): T;
 }
 
 /** What a gate keeps of a handler's response, fixed when the gate is made. */
@@ -49,11 +55,12 @@ export class Claimed implements Execution {
   private reported = false;
   private timer: NodeJS.Timeout | undefined;
 
-  /** `run` is the engine's run, settled: its result, or undefined when it failed. */
+  /** `run` is the engine's run, settled: its result, or undefined when it failed; `trace` the execute span's context. */
   constructor(
     readonly context: RunContext,
     private readonly run: Promise<RunResult<StoredResponse> | undefined>,
     private readonly policy: KeepPolicy,
+    private readonly trace: Context | undefined,
   ) {
     this.outcome = new Promise<StoredResponse>((resolve, reject) => {
       this.resolve = resolve;
@@ -69,8 +76,16 @@ export class Claimed implements Execution {
     else if (!this.policy.stores(response.status)) this.reject(new NotKept());
     else this.resolve(encodeResponse(response, this.policy.keep));
     const done = await this.run;
+    // The handler's own headers win: an app that sets X-Request-Id itself keeps its value.
+    const { headers } = response;
+    headers['oncely-trace-id'] ??= this.context.traceId;
+    headers['x-request-id'] ??= this.context.requestId;
     // Whatever happened to the record (released, lease lost, store down), this client gets its handler's response.
     return done === undefined ? response : withExpiry(response, done.record);
+  }
+
+  within<T>(handler: () => T): T {
+    return withContext(this.trace, handler);
   }
 
   async abandon(reason: unknown): Promise<void> {

@@ -1,10 +1,13 @@
+import { randomUUID } from 'node:crypto';
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
+import type { Surface } from '../core/metrics.js';
+import { contextFromHeaders, spanContext, withContext } from '../core/tracing.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunResult } from '../engine/engine.js';
 import { Claimed, type Execution, type KeepPolicy } from './claim.js';
-import { readKeyHeader } from './header.js';
+import { REQUEST_ID_HEADER, readIdHeader, readKeyHeader, TRACE_HEADER } from './header.js';
 import { problemFor } from './problem.js';
 import { decodeResponse, type HttpResponse, type StoredResponse, withExpiry } from './response.js';
 
@@ -15,7 +18,10 @@ export type { Execution } from './claim.js';
  * request (or context, for Hono).
  */
 export interface IdempotencyOptions<Req> {
-  /** The engine: `await createOncely({ store })`. */
+  /**
+   * The engine: `await createOncely({ store })`. Its logger, `onDecision` hook, metrics and tracer
+   * observe the middleware's runs too (as `surface: 'http'`): observing is configured once, there.
+   */
   once: Oncely;
   /** Reject covered requests without a key with 400. Default true. */
   required?: boolean;
@@ -69,6 +75,20 @@ export interface RequestFacts {
   body: unknown;
   /** Size of the request body when known (Content-Length). */
   bodyBytes: number | undefined;
+  /**
+   * The request's headers by lower-case name, where the gate reads `Oncely-Trace-Id`,
+   * `X-Request-Id` and W3C `traceparent`/`tracestate`. Omitted: no trace id given, a new request id.
+   */
+  headers?: RequestHeaders;
+}
+
+/** Request headers by lower-case name, as Node hands them out. */
+export type RequestHeaders = Record<string, string | string[] | undefined>;
+
+/** The ids of one request: the intent's trace id if the client sent one, and this attempt's own id. */
+interface RequestIds {
+  traceId: string | undefined;
+  requestId: string;
 }
 
 /** What the adapter must do with a request. */
@@ -99,7 +119,11 @@ export class IdempotencyGate<Req> {
    */
   private readonly maxResultBytes: number;
 
-  constructor(private readonly options: IdempotencyOptions<Req>) {
+  /** `surface` labels the engine's counts and decisions: 'http' for the middleware, 'handler' for the host. */
+  constructor(
+    private readonly options: IdempotencyOptions<Req>,
+    private readonly surface: Surface = 'http',
+  ) {
     if (!options?.once)
       throw new OncelyError('INVALID_ARGUMENT', 'idempotency() needs { once }: the engine from createOncely()');
     this.methods = new Set((options.methods ?? DEFAULT_METHODS).map((m) => m.toUpperCase()));
@@ -116,8 +140,20 @@ export class IdempotencyGate<Req> {
   }
 
   /** The 413 problem of a request body over maxBodyBytes, for adapters that refuse one before reading it. */
-  tooLarge(): HttpResponse {
-    return problemFor(new OncelyError('REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`));
+  tooLarge(headers: RequestHeaders = {}): HttpResponse {
+    let ids: RequestIds;
+    try {
+      ids = idsOf(headers);
+    } catch {
+      // Refused for its size either way; a malformed id is then not worth a second problem.
+      ids = { traceId: undefined, requestId: randomUUID() };
+    }
+    return this.tooLargeFor(ids);
+  }
+
+  private tooLargeFor(ids: RequestIds): HttpResponse {
+    const error = new OncelyError('REQUEST_TOO_LARGE', `request body is over ${this.maxBodyBytes} bytes`);
+    return identified(problemFor(error), ids.traceId, ids.requestId);
   }
 
   /** True when the method is covered; adapters skip all work for the rest. */
@@ -130,17 +166,25 @@ export class IdempotencyGate<Req> {
    * `tx` (a caller's open transaction) the claim and its outcome commit with the caller's writes.
    */
   async begin(req: Req, facts: RequestFacts, join: { tx?: unknown } = {}): Promise<GateStart> {
+    const headers = facts.headers ?? NO_HEADERS;
+    let ids: RequestIds;
+    try {
+      ids = idsOf(headers);
+    } catch (error) {
+      return { kind: 'respond', response: identified(problemFor(error as OncelyError), undefined, randomUUID()) };
+    }
     let key: string | undefined;
     try {
       key = readKeyHeader(facts.header) ?? (facts.key === undefined ? undefined : validateKey(facts.key));
     } catch (error) {
-      return { kind: 'respond', response: problemFor(error as OncelyError) };
+      return { kind: 'respond', response: identified(problemFor(error as OncelyError), ids.traceId, ids.requestId) };
     }
     if (facts.bodyBytes !== undefined && facts.bodyBytes > this.maxBodyBytes)
-      return { kind: 'respond', response: this.tooLarge() };
+      return { kind: 'respond', response: this.tooLargeFor(ids) };
     if (key === undefined) {
       if (this.options.required === false) return { kind: 'pass' };
-      return { kind: 'respond', response: problemFor(new OncelyError('KEY_REQUIRED', 'missing')) };
+      const response = problemFor(new OncelyError('KEY_REQUIRED', 'missing'));
+      return { kind: 'respond', response: identified(response, ids.traceId, ids.requestId) };
     }
     const method = facts.method.toUpperCase();
     const action = this.options.action?.(req) ?? `${method} ${facts.route}`;
@@ -151,7 +195,9 @@ export class IdempotencyGate<Req> {
         ? fingerprint(req)
         : // One object hashed once: the target joins the body rather than being hashed on its own.
           { method, action, target: facts.target, body: fingerprint ? pick(facts.body, fingerprint) : facts.body };
-    return this.claim(action, key, input, tenant, join.tx);
+    // The caller's W3C trace, continued: the engine's span is a child of the caller's span.
+    const parent = contextFromHeaders(headers);
+    return withContext(parent, () => this.claim(action, key, input, tenant, join.tx, ids));
   }
 
   /** Claims the key and answers as soon as the engine decides: execute, replay, or a refusal's problem. */
@@ -161,25 +207,42 @@ export class IdempotencyGate<Req> {
     input: unknown,
     tenant: string | undefined,
     tx: unknown,
+    ids: RequestIds,
   ): Promise<GateStart> {
     return new Promise<GateStart>((resolve, reject) => {
       let execution: Claimed | undefined;
-      // Called once the claim is written, so after `settled` below is set.
+      // Called once the claim is written, so after `settled` below is set; inside the engine's
+      // execute span, whose context the handler is then run in.
       const start = (ctx: RunContext): Promise<StoredResponse> => {
-        execution = new Claimed(ctx, settled, this.policy);
+        execution = new Claimed(ctx, settled, this.policy, spanContext());
         resolve({ kind: 'execute', run: execution });
         return execution.outcome;
       };
       // The same option values on every request: the engine resolves them once and reuses them.
       const { once, ttl, lease, wait } = this.options;
-      const { maxResultBytes } = this;
-      const request = { action, key, tenant, input, tx, ttl, lease, wait, onError: storesNotStored, maxResultBytes };
+      const { maxResultBytes, surface } = this;
+      const { traceId, requestId } = ids;
+      const request = {
+        action,
+        key,
+        tenant,
+        input,
+        tx,
+        ttl,
+        lease,
+        wait,
+        onError: storesNotStored,
+        maxResultBytes,
+        surface,
+        traceId,
+        requestId,
+      };
       // Settles after the claimed handler's outcome too; only a run that never claimed answers here.
       const settled: Promise<RunResult<StoredResponse> | undefined> = once.run(request, start).then(
         (result) => {
           if (execution === undefined) {
             try {
-              resolve({ kind: 'respond', response: replayed(result) });
+              resolve({ kind: 'respond', response: replayed(result, requestId) });
             } catch (error) {
               reject(error);
             }
@@ -188,8 +251,10 @@ export class IdempotencyGate<Req> {
         },
         (error: unknown) => {
           if (execution === undefined) {
-            if (error instanceof OncelyError) resolve({ kind: 'respond', response: problemFor(error) });
-            else reject(error);
+            if (error instanceof OncelyError) {
+              const response = identified(problemFor(error), error.record?.traceId ?? traceId, requestId);
+              resolve({ kind: 'respond', response });
+            } else reject(error);
           }
           return undefined;
         },
@@ -198,10 +263,26 @@ export class IdempotencyGate<Req> {
   }
 }
 
-/** A stored response, marked as a replay. */
-function replayed(result: RunResult<StoredResponse>): HttpResponse {
+/** A stored response, marked as a replay, with the intent's trace id and this request's own id. */
+function replayed(result: RunResult<StoredResponse>, requestId: string): HttpResponse {
   const response = withExpiry(decodeResponse(result.value), result.record);
   response.headers['idempotent-replayed'] = 'true';
+  return identified(response, result.record.traceId, requestId);
+}
+
+const NO_HEADERS: RequestHeaders = {};
+
+/** The ids of a request: its Oncely-Trace-Id if sent, its X-Request-Id or a new one. Throws TRACE_ID_INVALID. */
+function idsOf(headers: RequestHeaders): RequestIds {
+  const traceId = readIdHeader(headers['oncely-trace-id'], TRACE_HEADER);
+  const requestId = readIdHeader(headers['x-request-id'], REQUEST_ID_HEADER) ?? randomUUID();
+  return { traceId, requestId };
+}
+
+/** Sets the Oncely-Trace-Id (when known) and X-Request-Id response headers of a response the gate answers. */
+function identified(response: HttpResponse, traceId: string | undefined, requestId: string): HttpResponse {
+  if (traceId !== undefined) response.headers['oncely-trace-id'] = traceId;
+  response.headers['x-request-id'] = requestId;
   return response;
 }
 

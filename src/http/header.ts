@@ -32,3 +32,32 @@ export function readKeyHeader(value: string | string[] | undefined | null): stri
     throw error;
   }
 }
+
+/** The request header carrying the intent's trace id, the same on every retry of one intent. */
+export const TRACE_HEADER = 'Oncely-Trace-Id';
+/** The request header carrying this attempt's own id. */
+export const REQUEST_ID_HEADER = 'X-Request-Id';
+
+/** Longest trace or request id accepted: ids are logged, stored and echoed, so they are bounded. */
+export const MAX_ID_LENGTH = 128;
+// Printable ASCII without spaces: safe in a header, a log line and a span attribute as it is.
+const ID = /^[\x21-\x7e]+$/;
+
+/**
+ * Reads an id header (Oncely-Trace-Id, X-Request-Id): undefined when absent; TRACE_ID_INVALID when
+ * sent twice, empty, over MAX_ID_LENGTH characters or not printable ASCII.
+ */
+export function readIdHeader(value: string | string[] | undefined, name: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (Array.isArray(value)) {
+    if (value.length !== 1) throw new OncelyError('TRACE_ID_INVALID', `${name} must be sent once`);
+    return readIdHeader(value[0], name);
+  }
+  const id = value.trim();
+  if (id.length > MAX_ID_LENGTH || !ID.test(id))
+    throw new OncelyError(
+      'TRACE_ID_INVALID',
+      `${name} must be 1 to ${MAX_ID_LENGTH} printable ASCII characters without spaces`,
+    );
+  return id;
+}
