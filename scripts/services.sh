@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Starts the services the tests talk to (PostgreSQL, Redis) when they are down, and waits until
-# they answer. The tests never skip a missing service: they fail, so this runs before them.
+# Starts the services the tests talk to (PostgreSQL, Redis, NATS with JetStream, RabbitMQ) when
+# they are down, and waits until they answer. The tests never skip a missing service: they fail, so this runs before them.
 set -euo pipefail
 
 wait_for() { # name, check command
@@ -24,3 +24,19 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
 fi
 wait_for Redis "redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG"
+
+# nc is not on every machine: bash's /dev/tcp answers whether a port accepts connections.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+if ! port_open 4222; then
+  echo "services: starting NATS (JetStream)"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
+fi
+wait_for NATS "port_open 4222"
+
+if ! port_open 5672; then
+  echo "services: starting RabbitMQ"
+  rabbitmq-server -detached || true
+fi
+wait_for RabbitMQ "port_open 5672"
