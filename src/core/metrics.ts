@@ -140,58 +140,30 @@ const SEP = '\u0001';
  * allocates once a series exists.
  */
 export class Metrics {
-  private readonly series = new Map<MetricName, Map<string, Series>>();
+  private readonly byName = new Map<MetricName, Map<string, Series>>();
 
   /** `enabled: false` counts nothing (the baseline of the benchmarks). */
   constructor(readonly enabled = true) {}
 
   /** Adds `n` to the counter series of `labels` (values in the catalogue's label order). */
   add(name: CounterName, labels: readonly string[], n = 1): void {
-    if (this.enabled) this.cell(name, labels).value += n;
+    if (this.enabled) this.series(name, labels).value += n;
   }
 
   /** Records one duration in seconds. */
   observe(name: HistogramName, labels: readonly string[], seconds: number): void {
-    if (!this.enabled) return;
-    const cell = this.cell(name, labels);
-    cell.value += 1;
-    cell.sum += seconds;
-    const buckets = cell.buckets as number[];
-    let i = 0;
-    while (i < DURATION_BUCKETS.length && seconds > (DURATION_BUCKETS[i] as number)) i++;
-    buckets[i] = (buckets[i] as number) + 1;
+    if (this.enabled) observeInto(this.series(name, labels), seconds);
   }
 
-  /** The series of one metric, as they are now (live objects: copy what must not change). */
-  read(name: MetricName): readonly Series[] {
-    return [...(this.series.get(name)?.values() ?? [])];
-  }
-
-  /** The value of one counter series, 0 when never counted. */
-  value(name: CounterName, labels: readonly string[]): number {
-    return this.series.get(name)?.get(labels.join(SEP))?.value ?? 0;
-  }
-
-  /** The sum of a counter over every series whose labels match `where` (label name to value). */
-  sum(name: CounterName, where: Record<string, string> = {}): number {
-    const names = METRICS[name].labels as readonly string[];
-    const wanted = Object.entries(where).map(([label, value]) => [names.indexOf(label), value] as const);
-    let total = 0;
-    for (const series of this.series.get(name)?.values() ?? [])
-      if (wanted.every(([i, value]) => series.labels[i] === value)) total += series.value;
-    return total;
-  }
-
-  /** Forgets every series (tests, and a host that reloads its totals). */
-  reset(): void {
-    this.series.clear();
-  }
-
-  private cell(name: MetricName, labels: readonly string[]): Series {
-    let byLabels = this.series.get(name);
+  /**
+   * The live series of `labels`, made if new: a hot path keeps it and adds to `value` (or calls
+   * `observeInto`) itself, skipping the lookup. It stays valid across `reset`.
+   */
+  series(name: MetricName, labels: readonly string[]): Series {
+    let byLabels = this.byName.get(name);
     if (!byLabels) {
       byLabels = new Map();
-      this.series.set(name, byLabels);
+      this.byName.set(name, byLabels);
     }
     const id = labels.length === 1 ? (labels[0] as string) : labels.join(SEP);
     let cell = byLabels.get(id);
@@ -207,6 +179,46 @@ export class Metrics {
     }
     return cell;
   }
+
+  /** The series of one metric, as they are now (live objects: copy what must not change). */
+  read(name: MetricName): readonly Series[] {
+    return [...(this.byName.get(name)?.values() ?? [])];
+  }
+
+  /** The value of one counter series, 0 when never counted. */
+  value(name: CounterName, labels: readonly string[]): number {
+    return this.byName.get(name)?.get(labels.join(SEP))?.value ?? 0;
+  }
+
+  /** The sum of a counter over every series whose labels match `where` (label name to value). */
+  sum(name: CounterName, where: Record<string, string> = {}): number {
+    const names = METRICS[name].labels as readonly string[];
+    const wanted = Object.entries(where).map(([label, value]) => [names.indexOf(label), value] as const);
+    let total = 0;
+    for (const series of this.byName.get(name)?.values() ?? [])
+      if (wanted.every(([i, value]) => series.labels[i] === value)) total += series.value;
+    return total;
+  }
+
+  /** Sets every series to zero, in place: series kept by hot paths stay the ones read. */
+  reset(): void {
+    for (const byLabels of this.byName.values())
+      for (const cell of byLabels.values()) {
+        cell.value = 0;
+        cell.sum = 0;
+        cell.buckets?.fill(0);
+      }
+  }
+}
+
+/** Records one duration in seconds into a histogram series. */
+export function observeInto(cell: Series, seconds: number): void {
+  cell.value += 1;
+  cell.sum += seconds;
+  const buckets = cell.buckets as number[];
+  let i = 0;
+  while (i < DURATION_BUCKETS.length && seconds > (DURATION_BUCKETS[i] as number)) i++;
+  buckets[i] = (buckets[i] as number) + 1;
 }
 
 /** The metrics of this process: what every surface counts into unless given its own. */

@@ -26,6 +26,7 @@ import { endSpan, type Span, startSpan, tracingReady, withSpan } from '../core/t
 import type { Expectation, RecordPatch, RecordStore, WriteOptions } from '../store.js';
 import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
+import { CallCounts, type CountedCall, RAN } from './counts.js';
 import { LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
 import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
@@ -143,6 +144,7 @@ export class Oncely {
   private lastAction: string | undefined;
   private readonly cache: ReplayCache | undefined;
   private readonly observer: Observer;
+  private readonly counts: CallCounts;
   private closed = false;
 
   constructor(options: OncelyOptions) {
@@ -156,6 +158,7 @@ export class Oncely {
       throw new InvalidArgumentError('replayCache must be a whole number of records (0 for none)');
     this.cache = replayCache ? new ReplayCache(replayCache) : undefined;
     this.observer = new Observer(options);
+    this.counts = new CallCounts(this.observer.metrics);
   }
 
   /** Runs `fn` once for (tenant, action, key); duplicates get the stored outcome with `replayed: true`. */
@@ -319,21 +322,9 @@ export class Oncely {
 
   /** Counts the call's one outcome, reports its decision, ends its span. */
   private settle(track: Track, ms: number, error: unknown): void {
-    const { metrics } = this.observer;
     const { surface, action } = track;
     const outcome = track.outcome;
-    if (metrics.enabled) {
-      const labels = [surface, action];
-      metrics.add('oncely_calls_total', [surface, action, outcome]);
-      if (track.found) metrics.add('oncely_key_hits_total', labels);
-      if (track.takenOver) {
-        metrics.add('oncely_takeovers_total', labels);
-        metrics.add('oncely_duplicates_total', [surface, action, 'false']);
-      } else if (track.found && INTERCEPTED.has(outcome))
-        metrics.add('oncely_duplicates_total', [surface, action, 'true']);
-      if (outcome === 'replayed') metrics.observe('oncely_replay_seconds', labels, ms / 1000);
-      else if (RAN.has(outcome)) metrics.observe('oncely_execution_seconds', labels, ms / 1000);
-    }
+    this.counts.count(track, ms / 1000);
     const record = track.record;
     if (this.observer.listening) {
       const failure = error === undefined || outcome === 'replayed' ? undefined : errorFields(error);
@@ -526,7 +517,7 @@ export class Oncely {
   ): Promise<RunResult<T>> {
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt) : undefined;
-    const ctx = new ExecutionContext(record, keeper, track.givenRequestId);
+    const ctx = new ExecutionContext(record, keeper, track.knownRequestId());
     track.record = record;
     track.ctx = ctx;
     let value: T;
@@ -752,17 +743,12 @@ function finished(state: 'succeeded' | 'failed', result: string, options: Resolv
   return { state, result, leaseUntil: null, completedAt: 0, updatedAt: 0, expiresAt: options.ttlMs };
 }
 
-/** Outcomes that count as an intercepted duplicate when the call found the intent's record. */
-const INTERCEPTED: ReadonlySet<CallOutcome> = new Set(['replayed', 'in_progress', 'unknown']);
-/** Outcomes of a call that ran the function. */
-const RAN: ReadonlySet<CallOutcome> = new Set(['executed', 'released', 'failed_stored', 'lease_lost']);
-
 /**
  * What one call found and did, filled in as it goes: its one outcome (store_unavailable until
  * something else is known, since any store failure ends the call there), whether its key found a
  * record, whether it took a claim over.
  */
-class Track {
+class Track implements CountedCall {
   readonly surface: Surface;
   readonly action: string;
   readonly key: string;
@@ -790,6 +776,11 @@ class Track {
     if (this.ctx) return this.ctx.requestId;
     this.ownId ??= this.givenRequestId ?? randomUUID();
     return this.ownId;
+  }
+
+  /** The id already given or made (a takeover's decision made one): the execution keeps it. */
+  knownRequestId(): string | undefined {
+    return this.ownId ?? this.givenRequestId;
   }
 }
 
