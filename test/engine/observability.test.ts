@@ -1,0 +1,413 @@
+/**
+ * Issue 14, the engine's proof: a known mix of calls on each store (SQLite, PostgreSQL, Redis),
+ * with a takeover and a 'hold' after kill -9 of a holder process, counted exactly; the rates; one
+ * log line per non-trivial decision and one hook event per decision, with trace and request ids;
+ * spans through OpenTelemetry's SDK, and none without a provider.
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { trace } from '@opentelemetry/api';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MetricName, Metrics, rates, rateTotals } from '../../src/core/metrics.js';
+import { createOncely, type Oncely } from '../../src/index.js';
+import { sqliteStore } from '../../src/sqlite/index.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
+import { startWorker } from '../support/spawn.js';
+import { openStore, type StoreSpec } from '../support/stores.js';
+import { capture, installTracing } from './support/observe.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const HOLDER = fileURLToPath(new URL('./support/holder.ts', import.meta.url));
+
+/** Every series of a metric as 'label label label' -> value (a histogram's: its count). */
+function table(metrics: Metrics, name: MetricName): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const series of metrics.read(name)) if (series.value !== 0) out[series.labels.join(' ')] = series.value;
+  return out;
+}
+
+/** The lease of the killed holders: short, so the mix waits little for it to run out. */
+const LEASE = 600;
+
+function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Promise<void>) {
+  describe(`engine observed on ${name}`, () => {
+    let spec: StoreSpec;
+    let plain: Oncely;
+    let cached: Oncely;
+    const metrics = new Metrics();
+    const seen = capture();
+
+    beforeAll(async () => {
+      spec = makeSpec();
+      const observe = { metrics, logger: seen.logger, onDecision: seen.onDecision, tracer: false as const };
+      plain = await createOncely({ store: openStore(spec), tenant: 'acme', ...observe });
+      cached = await createOncely({ store: openStore(spec), tenant: 'acme', replayCache: 100, ...observe });
+    });
+    afterAll(async () => {
+      await plain.close();
+      await cached.close();
+      await cleanup();
+    });
+
+    it('counts a known mix exactly, with its rates, log lines, hook events and ids', async () => {
+      // Two holders in their own processes, killed -9 while they hold their keys: their leases run out during the mix.
+      const ship = startWorker({ store: spec, action: 'ship', key: 'ORD-7', lease: LEASE }, HOLDER);
+      const hold = startWorker(
+        { store: spec, action: 'hold', key: 'ORD-8', lease: LEASE, onLeaseExpired: 'hold' },
+        HOLDER,
+      );
+      await Promise.all([ship.waitFor('claimed'), hold.waitFor('claimed')]);
+      ship.child.kill('SIGKILL');
+      hold.child.kill('SIGKILL');
+      expect((await ship.exited).signal).toBe('SIGKILL');
+      expect((await hold.exited).signal).toBe('SIGKILL');
+      const killed = Date.now();
+      let shipRuns = 0;
+      const shipIt = () => plain.run({ action: 'ship', key: 'ORD-7', lease: LEASE }, (ctx) => ++shipRuns + ctx.attempt);
+      // The dead holder's lease still runs: refused, an intercepted duplicate.
+      await expect(shipIt()).rejects.toMatchObject({ code: 'IN_PROGRESS' });
+
+      // pay: one execution, a replay from the store, one through the caching engine's store read, one from its cache.
+      const pay = { action: 'pay', key: 'ORD-1', input: { amount: 5 } };
+      const first = await plain.run({ ...pay, traceId: 'trace-ORD-1', requestId: 'req-1' }, () => ({ paid: 5 }));
+      expect(first).toMatchObject({ replayed: false, record: { traceId: 'trace-ORD-1' } });
+      for (const [engine, requestId] of [
+        [plain, 'req-2'],
+        [cached, 'req-3'],
+        [cached, 'req-4'],
+      ] as const) {
+        const again = await engine.run({ ...pay, traceId: 'trace-retry', requestId }, () => ({ paid: -1 }));
+        // The first claim's trace id, whatever trace id the retry carries.
+        expect(again).toMatchObject({ replayed: true, value: { paid: 5 }, record: { traceId: 'trace-ORD-1' } });
+      }
+
+      // burst: a duplicate refused while the first runs, and one that waits and gets its replay.
+      let open!: () => void;
+      let claimed!: () => void;
+      const opened = new Promise<void>((r) => {
+        open = r;
+      });
+      const running = new Promise<void>((r) => {
+        claimed = r;
+      });
+      const burst = { action: 'burst', key: 'ORD-2' };
+      const firstBurst = plain.run(burst, async () => {
+        claimed();
+        await opened;
+        return { n: 1 };
+      });
+      await running;
+      await expect(plain.run(burst, () => ({ n: 2 }))).rejects.toMatchObject({ code: 'IN_PROGRESS' });
+      const waiter = plain.run({ ...burst, wait: '10s' }, () => ({ n: 3 }));
+      await sleep(100);
+      open();
+      expect(await firstBurst).toMatchObject({ replayed: false, value: { n: 1 } });
+      expect(await waiter).toMatchObject({ replayed: true, value: { n: 1 } });
+
+      // book: the key reused with another input.
+      await plain.run({ action: 'book', key: 'ORD-6', input: { seat: 1 } }, () => 'booked');
+      await expect(plain.run({ action: 'book', key: 'ORD-6', input: { seat: 2 } }, () => 'x')).rejects.toMatchObject({
+        code: 'KEY_REUSED',
+      });
+
+      // refund: a failure released (the default), then executed again.
+      await expect(
+        plain.run({ action: 'refund', key: 'ORD-3' }, () => {
+          throw new Error('gateway down');
+        }),
+      ).rejects.toThrow('gateway down');
+      expect(await plain.run({ action: 'refund', key: 'ORD-3' }, () => 'refunded')).toMatchObject({ replayed: false });
+
+      // notify: a failure stored, then replayed.
+      const declined = () => {
+        throw Object.assign(new Error('declined'), { code: 'CARD_DECLINED' });
+      };
+      const notify = { action: 'notify', key: 'ORD-4', onError: 'store' as const };
+      // The function's own error first, then its stored copy.
+      await expect(plain.run(notify, declined)).rejects.not.toHaveProperty('replayed');
+      await expect(plain.run(notify, declined)).rejects.toMatchObject({ code: 'CARD_DECLINED', replayed: true });
+
+      // export: a result too large, stored as its failure, then replayed.
+      const big = { action: 'export', key: 'ORD-5', maxResultBytes: 16 };
+      await expect(plain.run(big, () => 'x'.repeat(100))).rejects.toMatchObject({
+        code: 'RESULT_TOO_LARGE',
+        replayed: false,
+      });
+      await expect(plain.run(big, () => 'x'.repeat(100))).rejects.toMatchObject({
+        code: 'RESULT_TOO_LARGE',
+        replayed: true,
+      });
+
+      // ship: the killed holder's lease has run out, so the next caller takes over and executes again.
+      await sleep(Math.max(0, killed + LEASE + 150 - Date.now()));
+      const takenOver = await shipIt();
+      expect(takenOver).toMatchObject({ replayed: false, value: 3, record: { attempts: 2 } });
+      expect(shipRuns).toBe(1);
+      // hold: under 'hold' the vanished holder's record turns unknown, and stays so.
+      const holdIt = () => plain.run({ action: 'hold', key: 'ORD-8', lease: LEASE, onLeaseExpired: 'hold' }, () => 1);
+      await expect(holdIt()).rejects.toMatchObject({ code: 'OUTCOME_UNKNOWN' });
+      await expect(holdIt()).rejects.toMatchObject({ code: 'OUTCOME_UNKNOWN' });
+
+      expect(table(metrics, 'oncely_calls_total')).toEqual({
+        'engine ship in_progress': 1,
+        'engine ship executed': 1,
+        'engine pay executed': 1,
+        'engine pay replayed': 3,
+        'engine burst executed': 1,
+        'engine burst in_progress': 1,
+        'engine burst replayed': 1,
+        'engine book executed': 1,
+        'engine book key_reused': 1,
+        'engine refund released': 1,
+        'engine refund executed': 1,
+        'engine notify failed_stored': 1,
+        'engine notify replayed': 1,
+        'engine export failed_stored': 1,
+        'engine export replayed': 1,
+        'engine hold unknown': 2,
+      });
+      // Every call but the first of each key found its record (a released one included).
+      expect(table(metrics, 'oncely_key_hits_total')).toEqual({
+        'engine ship': 2,
+        'engine pay': 3,
+        'engine burst': 2,
+        'engine book': 1,
+        'engine refund': 1,
+        'engine notify': 1,
+        'engine export': 1,
+        'engine hold': 2,
+      });
+      // Duplicates of one input: answered without executing, or (the takeover) executed again.
+      expect(table(metrics, 'oncely_duplicates_total')).toEqual({
+        'engine ship true': 1,
+        'engine ship false': 1,
+        'engine pay true': 3,
+        'engine burst true': 2,
+        'engine notify true': 1,
+        'engine export true': 1,
+        'engine hold true': 2,
+      });
+      expect(table(metrics, 'oncely_takeovers_total')).toEqual({ 'engine ship': 1 });
+      expect(table(metrics, 'oncely_execution_seconds')).toEqual({
+        'engine ship': 1,
+        'engine pay': 1,
+        'engine burst': 1,
+        'engine book': 1,
+        'engine refund': 2,
+        'engine notify': 1,
+        'engine export': 1,
+      });
+      expect(table(metrics, 'oncely_replay_seconds')).toEqual({
+        'engine pay': 3,
+        'engine burst': 1,
+        'engine notify': 1,
+        'engine export': 1,
+      });
+      for (const name of ['oncely_execution_seconds', 'oncely_replay_seconds'] as const)
+        for (const series of metrics.read(name).filter((s) => s.value > 0)) {
+          expect(series.buckets?.reduce((a, b) => a + b, 0)).toBe(series.value);
+          expect(series.sum, `${name} ${series.labels.join(' ')}`).toBeGreaterThan(0);
+        }
+      const totals = rateTotals(metrics);
+      expect(totals).toMatchObject({ duplicatesIntercepted: 10, duplicates: 11, keyHits: 13, calls: 19 });
+      const four = rates(totals);
+      expect(four.duplicateInterception).toBe(10 / 11);
+      expect(four.keyHit).toBe(13 / 19);
+      // Nothing of events or flows was counted here.
+      expect(four.staleDrop).toBeNaN();
+      expect(four.compensationSuccess).toBeNaN();
+
+      // One hook event per decision, in order: each call's outcome, and the takeover before its execution.
+      expect(seen.events.map((e) => `${e.action} ${e.decision}`)).toEqual([
+        'ship in_progress',
+        'pay executed',
+        'pay replayed',
+        'pay replayed',
+        'pay replayed',
+        'burst in_progress',
+        'burst executed',
+        'burst replayed',
+        'book executed',
+        'book key_reused',
+        'refund released',
+        'refund executed',
+        'notify failed_stored',
+        'notify replayed',
+        'export failed_stored',
+        'export replayed',
+        'ship taken_over',
+        'ship executed',
+        'hold unknown',
+        'hold unknown',
+      ]);
+      for (const event of seen.events) {
+        expect(event).toMatchObject({ surface: 'engine', tenant: 'acme' });
+        expect(event.traceId).toEqual(expect.any(String));
+        expect(event.requestId).toEqual(expect.any(String));
+      }
+      const payEvents = seen.events.filter((e) => e.action === 'pay');
+      expect(payEvents.map((e) => [e.traceId, e.requestId, e.key])).toEqual([
+        ['trace-ORD-1', 'req-1', 'ORD-1'],
+        ['trace-ORD-1', 'req-2', 'ORD-1'],
+        ['trace-ORD-1', 'req-3', 'ORD-1'],
+        ['trace-ORD-1', 'req-4', 'ORD-1'],
+      ]);
+      const shipEvents = seen.events.filter((e) => e.action === 'ship');
+      // The takeover keeps the dead holder's trace; its decision and its execution are one attempt, one request id.
+      const holderTrace = shipEvents[0]?.traceId;
+      expect(shipEvents.map((e) => e.traceId)).toEqual([holderTrace, holderTrace, holderTrace]);
+      expect(shipEvents[1]?.requestId).toBe(shipEvents[2]?.requestId);
+      expect(shipEvents[1]).toMatchObject({ fence: takenOver.record.fence, attempt: 2 });
+      expect(shipEvents[2]).toMatchObject({ fence: takenOver.record.fence, attempt: 2 });
+      expect(shipEvents[0]?.requestId).not.toBe(shipEvents[1]?.requestId);
+      const byDecision = (action: string, decision: string) =>
+        seen.events.find((e) => e.action === action && e.decision === decision);
+      expect(byDecision('book', 'key_reused')?.error).toMatchObject({ code: 'KEY_REUSED' });
+      expect(byDecision('refund', 'released')?.error).toEqual({ message: 'gateway down' });
+      expect(byDecision('notify', 'failed_stored')?.error).toEqual({ code: 'CARD_DECLINED', message: 'declined' });
+      expect(byDecision('export', 'failed_stored')?.error).toMatchObject({ code: 'RESULT_TOO_LARGE' });
+      // A replayed failure is a replay: its stored error is the answer, not a failure of this call.
+      expect(byDecision('notify', 'replayed')?.error).toBeUndefined();
+      expect(byDecision('hold', 'unknown')?.error).toMatchObject({ code: 'OUTCOME_UNKNOWN' });
+
+      // One log line per non-trivial decision: replays, refusals, key reuse, the takeover, unknown.
+      const logged = seen.events.filter((e) =>
+        ['replayed', 'in_progress', 'key_reused', 'taken_over', 'unknown'].includes(e.decision),
+      );
+      expect(seen.lines.map((l) => `${l.level} ${l.message}`)).toEqual(
+        logged.map((e) => {
+          const level =
+            e.decision === 'key_reused' || e.decision === 'taken_over'
+              ? 'warn'
+              : e.decision === 'unknown'
+                ? 'error'
+                : 'info';
+          return `${level} oncely engine ${e.decision}`;
+        }),
+      );
+      expect(seen.lines).toHaveLength(12);
+      seen.lines.forEach((line, i) => {
+        const event = logged[i];
+        expect(line.fields).toMatchObject({
+          decision: event?.decision,
+          action: event?.action,
+          key: event?.key,
+          traceId: event?.traceId,
+          requestId: event?.requestId,
+        });
+      });
+    });
+  });
+}
+
+const sqlitePath = () => join(mkdtempSync(join(tmpdir(), 'oncely-observe-')), 'records.db');
+const schema = freshSchema();
+const prefix = freshPrefix();
+describeMix(
+  'sqlite',
+  () => ({ kind: 'sqlite', path: sqlitePath() }),
+  async () => {},
+);
+describeMix(
+  'postgres',
+  () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
+  () => dropSchema(schema),
+);
+describeMix(
+  'redis',
+  () => ({ kind: 'redis', url: REDIS_URL, prefix }),
+  async () => {
+    const client = await connectRedis();
+    await dropPrefix(client, prefix);
+    await client.close();
+  },
+);
+
+describe('engine spans', () => {
+  let tracing: ReturnType<typeof installTracing>;
+  let once: Oncely;
+  beforeAll(async () => {
+    tracing = installTracing();
+    once = await createOncely({ store: sqliteStore({ path: sqlitePath() }), tenant: 'acme', metrics: false });
+  });
+  afterAll(async () => {
+    tracing.uninstall();
+    await once.close();
+  });
+
+  it('spans each execution and replay under the span active around run; spans the function starts are children', async () => {
+    const tracer = trace.getTracer('test');
+    const request = { action: 'pay', key: 'ORD-1', traceId: 'trace-ORD-1' };
+    const { caller, result } = await tracer.startActiveSpan('caller', async (caller) => {
+      const result = await once.run(request, async () => {
+        tracer.startSpan('gateway').end();
+        return 'paid';
+      });
+      caller.end();
+      return { caller, result };
+    });
+    const again = await tracer.startActiveSpan('retry', async (retry) => {
+      await once.run(request, () => 'again');
+      retry.end();
+      return retry;
+    });
+    await expect(
+      once.run({ action: 'refund', key: 'ORD-2' }, () => {
+        throw new Error('gateway down');
+      }),
+    ).rejects.toThrow('gateway down');
+
+    const spans = tracing.exporter.getFinishedSpans();
+    const named = (n: string) => spans.filter((s) => s.name === n);
+    expect(spans.map((s) => s.name).sort()).toEqual(
+      ['caller', 'gateway', 'oncely.execute', 'oncely.execute', 'oncely.replay', 'retry'].sort(),
+    );
+    const [execute, failed] = named('oncely.execute');
+    const [gateway] = named('gateway');
+    const [replay] = named('oncely.replay');
+    expect(execute?.parentSpanContext?.spanId).toBe(caller.spanContext().spanId);
+    expect(execute?.spanContext().traceId).toBe(caller.spanContext().traceId);
+    expect(execute?.attributes).toEqual({
+      'oncely.action': 'pay',
+      'oncely.surface': 'engine',
+      'oncely.outcome': 'executed',
+      'oncely.replayed': false,
+      'oncely.attempt': 1,
+      'oncely.fence': 1,
+      'oncely.trace_id': result.record.traceId,
+    });
+    expect(result.record.traceId).toBe('trace-ORD-1');
+    expect(gateway?.parentSpanContext?.spanId).toBe(execute?.spanContext().spanId);
+    expect(replay?.parentSpanContext?.spanId).toBe(again.spanContext().spanId);
+    expect(replay?.attributes).toMatchObject({
+      'oncely.action': 'pay',
+      'oncely.outcome': 'replayed',
+      'oncely.replayed': true,
+      'oncely.trace_id': 'trace-ORD-1',
+    });
+    expect(failed?.attributes).toMatchObject({ 'oncely.action': 'refund', 'oncely.outcome': 'released' });
+    // SpanStatusCode.ERROR is 2.
+    expect(failed?.status).toEqual({ code: 2, message: 'gateway down' });
+    expect(execute?.status.code).toBe(0);
+  });
+
+  it('makes no span and fails nothing when no provider is registered, or with tracer: false', async () => {
+    const quiet = await createOncely({
+      store: sqliteStore({ path: sqlitePath() }),
+      tenant: 'acme',
+      metrics: false,
+      tracer: false,
+    });
+    tracing.exporter.reset();
+    expect(await quiet.run({ action: 'pay', key: 'ORD-3' }, () => 1)).toMatchObject({ replayed: false });
+    expect(tracing.exporter.getFinishedSpans()).toEqual([]);
+    await quiet.close();
+    tracing.uninstall();
+    expect(await once.run({ action: 'pay', key: 'ORD-4' }, () => 1)).toMatchObject({ replayed: false });
+    expect(await once.run({ action: 'pay', key: 'ORD-4' }, () => 2)).toMatchObject({ replayed: true, value: 1 });
+    expect(tracing.exporter.getFinishedSpans()).toEqual([]);
+  });
+});
