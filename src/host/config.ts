@@ -1,6 +1,6 @@
 import type { Duration } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
-import type { HostLog } from './context.js';
+import type { DecisionEvent, OncelyLogger } from '../core/observer.js';
 import type { SourceConfig } from './webhooks.js';
 
 /** Limits of one webhook source, beside how it is read and verified. */
@@ -29,8 +29,14 @@ export interface HostConfig {
   db?: string;
   /** Event consumers: retries before a dead letter, backoff base, lease. */
   events?: { maxAttempts?: number; baseDelayMs?: number; leaseMs?: number };
-  /** A structured logger (pino, winston, console-like) for failed handlers and consumers: `error(message, fields)`. Default: one line on stderr each. */
-  logger?: HostLog;
+  /**
+   * A structured logger in pino's shape, `{ info, warn, error }(fields, message)`: failed handlers
+   * and consumers, decisions worth a line (replays, key reuse, stale events, dead letters), and
+   * handlers' `ctx.log`. Default: failures and `ctx.log` as one JSON line on stderr, decisions silent.
+   */
+  logger?: OncelyLogger;
+  /** Gets every decision of the host's engine, event queue and outbox (executed ones included); its errors are swallowed. */
+  onDecision?: (decision: DecisionEvent) => void;
 }
 
 /**

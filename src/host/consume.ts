@@ -30,19 +30,27 @@ export function bindConsumer(
   deps: ConsumeDeps,
 ): ConsumerBinding {
   const { once, schema, flows } = deps;
+  const { logger } = deps.config;
   const ms = timeoutMs(consumer.timeout, deps.config.timeout);
   const what = `consumer ${source}/${type}`;
   return {
     ordering: consumer.ordering,
-    handle: async (event, tx) => {
+    handle: async (event, tx, count) => {
       if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
       await once.run(
-        { action: `consume:${source}/${type}`, key: event.id, input: event.data, tx: tx.handle, ttl: '7d' },
+        {
+          action: `consume:${source}/${type}`,
+          key: event.id,
+          input: event.data,
+          tx: tx.handle,
+          ttl: '7d',
+          surface: 'consumer',
+        },
         (ctx) =>
           withinTimeout(tx, ms, what, async (guarded) => {
             await consumer.handle(
               event,
-              hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, flows),
+              hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, { flows, logger, count }),
             );
             return null;
           }),

@@ -4,6 +4,7 @@
  */
 import type { Migrations } from '../db/migrate.js';
 import type { ClaimScope, Statement, WorkTable } from '../work/index.js';
+import { totalsTable } from './totals.js';
 
 type Dialect = 'sqlite' | 'postgres';
 
@@ -63,8 +64,22 @@ export const eventMigrations: Migrations = {
       adds: { table: 'oncely_events', column: 'body_hash' },
     },
     { version: 3, sqlite: ADD_FENCE, postgres: ADD_FENCE },
+    { version: 4, sqlite: intoTotals('sqlite'), postgres: intoTotals('postgres') },
   ],
 };
+
+/**
+ * The host's totals table, with the event counters it replaces moved in: their rows knew only the
+ * outcome, so they keep an empty source and type.
+ */
+function intoTotals(dialect: Dialect): string[] {
+  return [
+    totalsTable(dialect),
+    `INSERT INTO oncely_totals (metric, labels, shard, value)
+      SELECT 'oncely_events_total', '["","","' || outcome || '"]', shard, count FROM oncely_event_counters`,
+    'DROP TABLE oncely_event_counters',
+  ];
+}
 
 /** Events as claimed work: `processing` while a worker holds one. */
 export const EVENT_WORK: WorkTable = {
@@ -110,19 +125,6 @@ export const readBodyHash = (source: string, eventId: string): Statement => ({
   text: `SELECT type, body_hash, CASE WHEN body_hash IS NULL THEN payload END AS payload
   FROM oncely_events WHERE source = ? AND event_id = ?`,
   values: [source, eventId],
-});
-
-/** Counts one outcome, on one shard of its counter. */
-export const countOutcome = (outcome: string, shard: number): Statement => ({
-  text: `INSERT INTO oncely_event_counters (outcome, shard, count) VALUES (?, ?, 1)
-  ON CONFLICT (outcome, shard) DO UPDATE SET count = oncely_event_counters.count + 1`,
-  values: [outcome, shard],
-});
-
-/** Each outcome's count, summed over its shards. */
-export const readCounters = (): Statement => ({
-  text: 'SELECT outcome, SUM(count) AS count FROM oncely_event_counters GROUP BY outcome',
-  values: [],
 });
 
 /** A claimed row as the claim returns it. */
@@ -187,13 +189,15 @@ export const listDead = (): Statement => ({
 
 const REPLAY_DEAD = `UPDATE oncely_events SET status = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ?
   WHERE status = 'dead'`;
+// What the replay counts by.
+const REPLAYED = 'RETURNING source, type';
 
-/** Every dead letter back to pending, its attempts from 0. */
-export const replayAllDead = (now: number): Statement => ({ text: REPLAY_DEAD, values: [now, now] });
+/** Every dead letter back to pending, its attempts from 0; returns the source and type of each. */
+export const replayAllDead = (now: number): Statement => ({ text: `${REPLAY_DEAD} ${REPLAYED}`, values: [now, now] });
 
-/** One dead letter back to pending, its attempts from 0. */
+/** One dead letter back to pending, its attempts from 0; returns its source and type. */
 export const replayOneDead = (source: string, eventId: string, now: number): Statement => ({
-  text: `${REPLAY_DEAD} AND source = ? AND event_id = ?`,
+  text: `${REPLAY_DEAD} AND source = ? AND event_id = ? ${REPLAYED}`,
   values: [now, now, source, eventId],
 });
 

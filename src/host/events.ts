@@ -2,20 +2,26 @@ import { createHash } from 'node:crypto';
 import { backoffDelay, sleep } from '../core/backoff.js';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
+import { processMetrics } from '../core/metrics.js';
+import { type DecisionEvent, Observer, type OncelyLogger } from '../core/observer.js';
+import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
-import type { HostLog } from './context.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
+import { type Count, Totals } from './totals.js';
 import type { EventOutcome, HostEvent } from './types.js';
 
 export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
 
 /** How the queue runs the consumer of one (source, type). */
 export interface ConsumerBinding {
-  /** Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id). */
-  handle(event: HostEvent, tx: Sql): Promise<void>;
+  /**
+   * Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id);
+   * `count` counts in that transaction (the outbox messages it enqueues).
+   */
+  handle(event: HostEvent, tx: Sql, count: Count): Promise<void>;
   /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
 }
@@ -41,7 +47,11 @@ export interface EventQueueOptions {
   /** One line per conflict (an event id arriving again with another body); default console.warn. */
   onConflict?: (message: string) => void;
   /** Where a consumer's failures go (one entry each: source, type, event id, attempt, error); default one stderr line. */
-  logger?: HostLog;
+  logger?: OncelyLogger;
+  /** Decisions (duplicate, conflict, stale, dead letter) and spans; default: counted, not logged. */
+  observer?: Observer;
+  /** Where outcomes are counted, in the transaction of each; default totals of the process's metrics. */
+  totals?: Totals;
 }
 
 const OUTCOMES: readonly EventOutcome[] = [
@@ -52,9 +62,8 @@ const OUTCOMES: readonly EventOutcome[] = [
   'stale',
   'retrying',
   'dead_lettered',
+  'replayed_from_dead_letter',
 ];
-// Spreads PostgreSQL's counter updates over rows, so concurrent intakes do not queue on one row lock.
-const COUNTER_SHARDS = 16;
 const MAX_ERROR_LENGTH = 2_000;
 
 const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
@@ -79,6 +88,8 @@ export class EventQueue {
   private readonly pollMs: number;
   private readonly onError: (error: unknown) => void;
   private readonly onConflict: (message: string) => void;
+  private readonly observer: Observer;
+  private readonly totals: Totals;
   private readonly inFlight = new Set<Promise<void>>();
   private loop: Promise<void> | undefined;
   private stopping = false;
@@ -102,6 +113,8 @@ export class EventQueue {
     this.pollMs = positive(options.pollMs ?? 250, 'pollMs');
     this.onError = options.onError ?? ((error) => console.error('oncely event queue:', error));
     this.onConflict = options.onConflict ?? ((message) => console.warn(message));
+    this.observer = options.observer ?? new Observer({ logger: options.logger });
+    this.totals = options.totals ?? new Totals(db, processMetrics);
   }
 
   /** Creates or upgrades the queue's tables; safe to run from several processes at once. */
@@ -126,15 +139,18 @@ export class EventQueue {
       throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
     const payload = JSON.stringify(data ?? null);
     const hash = bodyHash(type, payload);
-    const insert = async (sql: Sql) => {
+    const insert = async (sql: Sql, count: Count) => {
       const now = Date.now();
       const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
-      await this.count(sql, outcome);
+      await count('oncely_events_total', [source, type, outcome]);
       return outcome;
     };
-    const outcome = tx ? await insert(tx) : await this.db.transaction(insert);
+    const outcome = tx
+      ? await insert(tx, (name, labels, n) => this.totals.countIn(tx, name, labels, n))
+      : await this.totals.transaction(insert);
     if (outcome === 'accepted') this.wake();
+    else this.decide({ decision: outcome, source, type, id });
     if (outcome === 'conflict')
       this.onConflict(
         `oncely event queue: ${source}/${id} arrived again with another body (conflict); the first is kept`,
@@ -187,19 +203,32 @@ export class EventQueue {
   /** Puts dead letters back in the queue with the same event id and no attempts; returns how many. */
   async replay(target: readonly { source: string; id: string }[] | 'all'): Promise<number> {
     const now = Date.now();
-    let replayed = 0;
-    if (target === 'all') replayed = await run(this.db, q.replayAllDead(now));
-    else for (const { source, id } of target) replayed += await run(this.db, q.replayOneDead(source, id, now));
+    const replayed = await this.totals.transaction(async (tx, count) => {
+      const rows: { source: string; type: string }[] = [];
+      if (target === 'all') rows.push(...(await all<{ source: string; type: string }>(tx, q.replayAllDead(now))));
+      else
+        for (const { source, id } of target)
+          rows.push(...(await all<{ source: string; type: string }>(tx, q.replayOneDead(source, id, now))));
+      const byType = new Map<string, [string, string, number]>();
+      for (const { source, type } of rows) {
+        const at = JSON.stringify([source, type]);
+        const seen = byType.get(at);
+        if (seen) seen[2]++;
+        else byType.set(at, [source, type, 1]);
+      }
+      for (const [source, type, n] of byType.values())
+        await count('oncely_events_total', [source, type, 'replayed_from_dead_letter'], n);
+      return rows.length;
+    });
     if (replayed > 0) this.wake();
     return replayed;
   }
 
-  /** How often each outcome happened, since the tables were created. */
+  /** How often each outcome happened, over every source and type, since the tables were created. */
   async stats(): Promise<Record<EventOutcome, number>> {
     const counts = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<EventOutcome, number>;
-    for (const row of await all<{ outcome: string; count: number | string }>(this.db, q.readCounters()))
-      if ((OUTCOMES as readonly string[]).includes(row.outcome))
-        counts[row.outcome as EventOutcome] = Number(row.count);
+    for (const [outcome, n] of Object.entries(await this.totals.by('oncely_events_total', 'outcome')))
+      if ((OUTCOMES as readonly string[]).includes(outcome)) counts[outcome as EventOutcome] = n;
     return counts;
   }
 
@@ -276,24 +305,49 @@ export class EventQueue {
         await this.work.complete(this.db, claim, 'no_consumer', { last_error: null });
         return;
       }
-      await this.db.transaction(async (tx) => {
-        // The fence checked inside the transaction the consumer writes in: its writes commit with
-        // the event's completion, or not at all when another worker claimed the event since.
-        if (!(await this.work.hold(tx, claim))) return;
-        const outcome = await this.apply(binding, event, tx);
-        await this.work.complete(tx, claim, outcome, { last_error: null });
-        await this.count(tx, outcome);
-      });
+      await this.consume(binding, event, claim);
     } catch (error) {
       // Fenced: if the commit went through after all, or another worker took over, this changes nothing.
       await this.fail(claim, error);
     }
   }
 
+  /** One delivery to the consumer, in one transaction with the event's completion and its counts, under one span. */
+  private async consume(binding: ConsumerBinding, event: HostEvent, claim: Claim<q.ClaimedRow>): Promise<void> {
+    const span = startSpan(this.observer.activeTracer, 'oncely.consume', {
+      'oncely.source': event.source,
+      'oncely.type': event.type,
+      'oncely.event_id': event.id,
+      'oncely.attempt': event.attempt,
+    });
+    // 'fenced_off': another worker claimed the event since; this delivery wrote nothing.
+    let outcome = 'fenced_off' as EventOutcome | 'fenced_off';
+    try {
+      await withSpan(span, () =>
+        this.totals.transaction(async (tx, count) => {
+          // The fence checked inside the transaction the consumer writes in: its writes commit with
+          // the event's completion, or not at all when another worker claimed the event since.
+          if (!(await this.work.hold(tx, claim))) return;
+          const applied = await this.apply(binding, event, tx, count);
+          await this.work.complete(tx, claim, applied, { last_error: null });
+          await count('oncely_events_total', [event.source, event.type, applied]);
+          if (binding.ordering) await count('oncely_events_ordered_total', [event.source, event.type]);
+          outcome = applied;
+        }),
+      );
+    } catch (error) {
+      const dead = this.work.plan(claim).dead;
+      endSpan(span, { 'oncely.outcome': dead ? 'dead_lettered' : 'retrying' }, error);
+      throw error;
+    }
+    endSpan(span, { 'oncely.outcome': outcome });
+    if (outcome === 'stale') this.decide({ decision: 'stale', source: event.source, type: event.type, id: event.id });
+  }
+
   /** Runs the consumer unless the event is stale for its aggregate; in the caller's transaction. */
-  private async apply(binding: ConsumerBinding, event: HostEvent, tx: Sql): Promise<'applied' | 'stale'> {
+  private async apply(binding: ConsumerBinding, event: HostEvent, tx: Sql, count: Count): Promise<'applied' | 'stale'> {
     if (!binding.ordering) {
-      await binding.handle(event, tx);
+      await binding.handle(event, tx, count);
       return 'applied';
     }
     const aggregate = binding.ordering.aggregate(event);
@@ -305,7 +359,7 @@ export class EventQueue {
     await run(tx, q.ensureVersion(aggregate));
     const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
     if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
-    await binding.handle(event, tx);
+    await binding.handle(event, tx, count);
     await run(tx, q.writeVersion(version, aggregate));
     return 'applied';
   }
@@ -331,11 +385,36 @@ export class EventQueue {
       },
       error,
     );
-    await this.db.transaction(async (tx) => {
-      if (await this.work.fail(tx, claim, plan, describe(error)))
-        await this.count(tx, dead ? 'dead_lettered' : 'retrying');
+    const failed = await this.totals.transaction(async (tx, count) => {
+      if (!(await this.work.fail(tx, claim, plan, describe(error)))) return false;
+      await count('oncely_events_total', [row.source, row.type, dead ? 'dead_lettered' : 'retrying']);
+      return true;
     });
+    if (failed && dead)
+      this.decide({
+        decision: 'dead_lettered',
+        source: row.source,
+        type: row.type,
+        id: row.event_id,
+        attempt: attempts,
+        error: describe(error),
+      });
     if (!dead) setTimeout(() => this.wake(), next - now).unref();
+  }
+
+  /** Hands a decision about an event to the observer: its logger and hook, when it has them. */
+  private decide(d: { decision: string; source: string; type: string; id: string; attempt?: number; error?: string }) {
+    if (!this.observer.listening) return;
+    const event: DecisionEvent = {
+      decision: d.decision,
+      surface: 'events',
+      action: d.type,
+      key: d.id,
+      detail: { source: d.source },
+    };
+    if (d.attempt !== undefined) event.attempt = d.attempt;
+    if (d.error !== undefined) event.error = { message: d.error };
+    this.observer.decide(event);
   }
 
   /** A repeat of a stored event: a plain duplicate, or a conflict when its body differs. */
@@ -347,11 +426,6 @@ export class EventQueue {
     if (!row) return 'duplicate';
     const stored = row.body_hash ?? bodyHash(row.type, row.payload ?? 'null');
     return stored === hash ? 'duplicate' : 'conflict';
-  }
-
-  private async count(tx: Sql, outcome: EventOutcome): Promise<void> {
-    const shard = tx.dialect === 'postgres' ? Math.floor(Math.random() * COUNTER_SHARDS) : 0;
-    await run(tx, q.countOutcome(outcome, shard));
   }
 }
 

@@ -1,20 +1,20 @@
-import type { HostLog } from './context.js';
+import type { OncelyLogger } from '../core/observer.js';
 
 /**
- * Reports one failed handler or consumer execution: to `logger.error(message, fields)` when the app
+ * Reports one failed handler or consumer execution: to `logger.error(fields, message)` when the app
  * configured a structured logger, else as one line on stderr. A failure is never silent: the
  * client or sender sees only a status, the person running the host needs the why.
  * @example logFailure(config.logger, 'consumer failed', 'consumer shop/order.paid, event evt_1, attempt 2 of 8', { source: 'shop' }, error)
  */
 export function logFailure(
-  logger: HostLog | undefined,
+  logger: OncelyLogger | undefined,
   message: string,
   where: string,
   fields: Record<string, unknown>,
   error: unknown,
 ): void {
   const text = errorText(error);
-  if (logger) logger.error(message, { ...fields, error: text });
+  if (logger) logger.error({ ...fields, error: text }, message);
   else process.stderr.write(`oncely: ${message}: ${where}: ${text}\n`);
 }
 

@@ -2,6 +2,9 @@ import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { ERRORS, OncelyError } from '../core/errors.js';
+import { Metrics, RATE_TARGETS, rates } from '../core/metrics.js';
+import { Observer } from '../core/observer.js';
+import { contextFromHeaders, withContext } from '../core/tracing.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
@@ -18,13 +21,20 @@ import { outboxMigrations } from './outbox-sql.js';
 import { migrateRecords } from './records.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
+import { type TotalSeries, Totals } from './totals.js';
 import { readWebhook, validateSources } from './webhooks.js';
 
 /** A running app: its HTTP routes, event consumers and outbox relay on one database. */
 export interface Host {
-  /** The HTTP app (Hono): `/v1/invoke/:handler`, `/v1/webhooks/:source`, `/v1/health`, `/v1/events/stats`. */
+  /** The HTTP app (Hono): `/v1/invoke/:handler`, `/v1/webhooks/:source`, `/v1/health`, `/v1/events/stats`, `/v1/stats`, `/metrics`. */
   readonly http: Hono;
   readonly once: Oncely;
+  /** This host's metrics (what `GET /metrics` answers); its database totals are in `totals`. */
+  readonly metrics: Metrics;
+  /** Counters summed in the database over every process and restart. */
+  readonly totals: Totals;
+  /** The totals and the four rates with their targets, as `GET /v1/stats` answers them (after flushing this process's counts). */
+  stats(): Promise<HostStats>;
   readonly events: EventQueue;
   readonly relay: OutboxRelay;
   /** The app's flows (from `flows/*.ts`), run by this host's worker; undefined without a flows folder. */
@@ -39,11 +49,32 @@ export interface Host {
   stop(): Promise<void>;
 }
 
+/** One of the four rates: NaN (null in JSON) until its denominator counted something. */
+export interface RateStat {
+  value: number;
+  /** The method's target, where it sets one. */
+  target: number | null;
+}
+
+/** What `GET /v1/stats` and `oncely stats` answer. */
+export interface HostStats {
+  rates: { duplicateInterception: RateStat; keyHit: RateStat; staleDrop: RateStat; compensationSuccess: RateStat };
+  /** What the rates are computed from. */
+  rateTotals: Record<string, number>;
+  /** Every counter's series summed over processes and restarts. */
+  totals: Record<string, TotalSeries[]>;
+}
+
+/** Options of a host beyond its app: the metrics to count into (default a fresh set for this host). */
+export interface HostOptions {
+  metrics?: Metrics;
+}
+
 const APP_SCHEMA_DDL =
   'CREATE TABLE IF NOT EXISTS oncely_app_schema (hash TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)';
 
 /** Builds the host of a loaded app on a database. `store` is the engine's record store on that same database. */
-export async function createHost(app: App, db: Db, store: RecordStore): Promise<Host> {
+export async function createHost(app: App, db: Db, store: RecordStore, options: HostOptions = {}): Promise<Host> {
   validateSources(app.config);
   // Source body limits by name, checked now: a bad one fails at start, not at the first webhook.
   const sourceLimits = new Map(
@@ -52,7 +83,12 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       byteLimit(s.maxBodyBytes, `${name}.maxBodyBytes`),
     ]),
   );
-  const once = await createOncely({ store, tenant: 'default' });
+  // Its own metrics, not the process's: every count of this host goes to its database's totals.
+  const metrics = options.metrics ?? new Metrics();
+  const { logger, onDecision } = app.config;
+  const observer = new Observer({ logger, onDecision, metrics });
+  const totals = new Totals(db, metrics);
+  const once = await createOncely({ store, tenant: 'default', logger, onDecision, metrics });
   let schema: AppSchema | undefined;
   const currentSchema = () => {
     if (!schema) throw new OncelyError('NOT_MIGRATED', 'the host is not migrated yet');
@@ -65,14 +101,50 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
     const consumer = app.consumers.get(`${source}/${type}`);
     return consumer && bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows });
   };
-  const events = new EventQueue(db, { consumerFor, ...app.config.events, logger: app.config.logger });
+  const events = new EventQueue(db, { consumerFor, ...app.config.events, logger, observer, totals });
   // The default delivery target: the app's own consumers, with the outbox id as the event id.
   const relay = new OutboxRelay(db, {
     leaseMs: app.config.events?.leaseMs,
     target: { deliver: async (m) => void (await events.intake('outbox', m.id, m.topic, m.payload)) },
+    totals,
   });
 
-  const invoker = new Invoker(app, { db, once, schema: currentSchema, flows, afterCommit: () => relay.wake() });
+  const invoker = new Invoker(app, { totals, once, schema: currentSchema, flows, afterCommit: () => relay.wake() });
+
+  const stats = async (): Promise<HostStats> => {
+    // This process's latest counts first: whichever process answers, the totals include its own.
+    await totals.flush();
+    const summed = await totals.rateTotals();
+    const now = rates(summed);
+    const rate = (name: keyof typeof now): RateStat => ({
+      value: now[name],
+      target: (RATE_TARGETS as Partial<Record<string, number>>)[name] ?? null,
+    });
+    return {
+      rates: {
+        duplicateInterception: rate('duplicateInterception'),
+        keyHit: rate('keyHit'),
+        staleDrop: rate('staleDrop'),
+        compensationSuccess: rate('compensationSuccess'),
+      },
+      rateTotals: { ...summed },
+      totals: (await totals.read()) as Record<string, TotalSeries[]>,
+    };
+  };
+  let scrape: (() => Promise<{ type: string; text: string }>) | undefined;
+  const exposition = async () => {
+    if (!scrape) {
+      // Loaded on the first scrape: a host nobody scrapes never loads prom-client.
+      const [{ Registry }, { registerMetrics }] = await Promise.all([
+        import('prom-client'),
+        import('../prometheus/index.js'),
+      ]);
+      const registry = new Registry();
+      registerMetrics(registry, metrics);
+      scrape = async () => ({ type: registry.contentType, text: await registry.metrics() });
+    }
+    return scrape();
+  };
 
   const http = new Hono();
   const send = (response: HttpResponse) =>
@@ -84,9 +156,28 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   http.get('/', (c) => c.json({ code: 0, data: routeIndex(app, new URL(c.req.url).origin) }));
   http.get('/v1/health', (c) => c.json({ code: 0, data: { ok: true } }));
   http.get('/v1/events/stats', async (c) => c.json({ code: 0, data: await events.stats() }));
-  http.post('/v1/invoke/:handler', async (c) => send(await invoker.invoke(c.req.param('handler'), c.req.raw)));
-  http.post('/v1/webhooks/:source', async (c) => {
-    const name = c.req.param('source');
+  // JSON has no NaN: a rate with nothing counted yet is null.
+  http.get('/v1/stats', async (c) =>
+    c.body(
+      JSON.stringify({ code: 0, data: await stats() }, (_, v) => (Number.isNaN(v) ? null : v)),
+      200,
+      {
+        'content-type': 'application/json',
+      },
+    ),
+  );
+  http.get('/metrics', async (c) => {
+    const { type, text } = await exposition();
+    return c.body(text, 200, { 'content-type': type });
+  });
+  // A caller's W3C traceparent: the host's spans of this request are children of the caller's.
+  const traced = <T>(request: Request, fn: () => Promise<T>) =>
+    withContext(contextFromHeaders(Object.fromEntries(request.headers)), fn);
+  http.post('/v1/invoke/:handler', async (c) =>
+    send(await traced(c.req.raw, () => invoker.invoke(c.req.param('handler'), c.req.raw))),
+  );
+  http.post('/v1/webhooks/:source', (c) => traced(c.req.raw, () => webhook(c.req.param('source'), c.req.raw)));
+  const webhook = async (name: string, request: Request) => {
     // Own keys only: `__proto__` or `toString` must be unknown sources, not Object.prototype's members.
     const sources = app.config.sources ?? {};
     const source = Object.hasOwn(sources, name) ? sources[name] : undefined;
@@ -98,7 +189,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       );
     // Capped before the signature check: an unsigned body costs at most the source's limit.
     const limit = sourceLimits.get(name) ?? DEFAULT_MAX_BODY_BYTES;
-    const capped = await readBodyCapped(c.req.raw, limit);
+    const capped = await readBodyCapped(request, limit);
     if (!capped.ok)
       return send(
         envelope(ERRORS.REQUEST_TOO_LARGE.status, {
@@ -106,14 +197,14 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
         }),
       );
     const body = capped.body;
-    const read = readWebhook(source, Object.fromEntries(c.req.raw.headers), body);
+    const read = readWebhook(source, Object.fromEntries(request.headers), body);
     if (!read.ok) return send(envelope(read.status, { error: { code: read.code, message: read.message } }));
     // Persisted before the answer: a 2xx means the event survives a crash from here on.
     const outcome = await events.intake(name, read.id, read.type, read.data);
     // A conflict (same id, another body) is still 2xx: the sender's retries would not change the stored event.
     const duplicate = outcome !== 'accepted';
-    return c.json({ code: 0, data: { id: read.id, outcome, duplicate, conflict: outcome === 'conflict' } });
-  });
+    return Response.json({ code: 0, data: { id: read.id, outcome, duplicate, conflict: outcome === 'conflict' } });
+  };
 
   let server: ServerType | undefined;
   const migrate = async () => {
@@ -139,6 +230,9 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
   return {
     http,
     once,
+    metrics,
+    totals,
+    stats,
     events,
     relay,
     flows,
@@ -148,6 +242,7 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       if (!schema) await migrate();
       events.start();
       relay.start();
+      totals.start();
       await flows?.startWorker();
       return new Promise<number>((resolve, reject) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
@@ -169,6 +264,8 @@ export async function createHost(app: App, db: Db, store: RecordStore): Promise<
       await events.stop();
       await relay.stop();
       await flows?.stop();
+      // After everything that counts has stopped; a database already gone loses at most the last second.
+      await totals.stop().catch(() => undefined);
       await once.close();
       await db.close();
     },

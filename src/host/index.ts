@@ -1,6 +1,7 @@
+export type { OncelyLogger } from '../core/observer.js';
 export type { App, ConsumerModule, HandlerModule, InputSchema } from './app.js';
 export { defineConfig, env, type HostConfig } from './config.js';
-export type { HostContext, HostLog } from './context.js';
+export type { HostContext } from './context.js';
 export type { Host } from './host.js';
 export { openHost } from './open.js';
 export { type Operator, op } from './operators.js';

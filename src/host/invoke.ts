@@ -1,11 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import { type AnyErrorCode, ERRORS, type ErrorCode, OncelyError } from '../core/errors.js';
 import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
-import type { Db, Sql } from '../db/types.js';
+import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
 import { IdempotencyGate } from '../http/gate.js';
-import { readKeyHeader } from '../http/header.js';
+import { REQUEST_ID_HEADER, readIdHeader, readKeyHeader, TRACE_HEADER } from '../http/header.js';
 import { problemFor } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
 import type { App, HandlerModule } from './app.js';
@@ -15,6 +16,7 @@ import { createDataStore } from './data-store.js';
 import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
 import { logFailure } from './failure-log.js';
 import type { AppSchema } from './schema.js';
+import type { Count, Totals } from './totals.js';
 
 /** The reply of `POST /v1/invoke/:handler`: `{ code: 0, data }` or `{ code, error: { code, message } }`. */
 export function envelope(
@@ -29,7 +31,8 @@ export function envelope(
 
 /** Everything an invocation needs from the host. */
 export interface InvokeDeps {
-  db: Db;
+  /** Where the invocation's transaction counts (outbox messages enqueued). */
+  totals: Totals;
   once: Oncely;
   schema: () => AppSchema;
   flows: Flows | undefined;
@@ -39,6 +42,12 @@ export interface InvokeDeps {
 /** What the gate of a handler knows of a request: its resolved tenant. */
 interface Invocation {
   tenant: string;
+}
+
+/** The ids of one invocation: the intent's trace id when the caller sent one, and this attempt's own id. */
+interface Ids {
+  traceId: string | undefined;
+  requestId: string;
 }
 
 /** A handler with its gate and timeout, fixed when the host starts. */
@@ -68,20 +77,41 @@ export class Invoker {
     this.maxBodyBytes = byteLimit(app.config.maxBodyBytes, 'maxBodyBytes');
     for (const [id, module] of app.handlers) {
       const declared = module.idempotency ?? {};
-      const gate = new IdempotencyGate<Invocation>({
-        once: deps.once,
-        tenant: (invocation) => invocation.tenant,
-        required: declared.required ?? true,
-        ttl: declared.ttl,
-        lease: declared.lease,
-        maxBodyBytes: this.maxBodyBytes,
-      });
+      const gate = new IdempotencyGate<Invocation>(
+        {
+          once: deps.once,
+          tenant: (invocation) => invocation.tenant,
+          required: declared.required ?? true,
+          ttl: declared.ttl,
+          lease: declared.lease,
+          maxBodyBytes: this.maxBodyBytes,
+          // Counted and decided as the host's handlers, not as HTTP middleware.
+        },
+        'handler',
+      );
       this.handlers.set(id, { module, gate, timeoutMs: timeoutMs(module.timeout, app.config.timeout) });
     }
   }
 
-  /** Answers `POST /v1/invoke/:handler` for `request`. */
+  /**
+   * Answers `POST /v1/invoke/:handler` for `request`; every answer carries the intent's trace id
+   * (the record's, else the one sent in Oncely-Trace-Id) and this attempt's request id
+   * (X-Request-Id, else a new one) in its envelope and headers.
+   */
   async invoke(id: string, request: Request): Promise<HttpResponse> {
+    let ids: Ids;
+    try {
+      ids = {
+        traceId: readIdHeader(request.headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER),
+        requestId: readIdHeader(request.headers.get(REQUEST_ID_HEADER) ?? undefined, REQUEST_ID_HEADER) ?? randomUUID(),
+      };
+    } catch (error) {
+      return identified(asEnvelope(problemFor(error as OncelyError)), { traceId: undefined, requestId: randomUUID() });
+    }
+    return identified(await this.answer(id, request, ids), ids);
+  }
+
+  private async answer(id: string, request: Request, ids: Ids): Promise<HttpResponse> {
     const handler = this.handlers.get(id);
     if (!handler) return refuse('HANDLER_UNKNOWN', `no handler ${id}`);
     const tenant = this.tenantOf(request);
@@ -111,12 +141,17 @@ export class Invoker {
     } catch (error) {
       return asEnvelope(problemFor(error as OncelyError));
     }
-    if (key === undefined) return this.execute(handler, id, tenant, undefined, input, read.body.byteLength);
+    const call = { tenant, input, bodyBytes: read.body.byteLength, ids };
+    if (key === undefined) {
+      // No record to keep a trace id: this execution's own, sent or new, is the intent's.
+      ids.traceId ??= randomUUID();
+      return this.execute(handler, id, call, undefined);
+    }
     const slot = JSON.stringify([tenant, id, key]);
     if (this.running.has(slot)) return inProgress();
     this.running.add(slot);
     try {
-      return await this.execute(handler, id, tenant, { key, slot }, input, read.body.byteLength);
+      return await this.execute(handler, id, call, { key, slot });
     } finally {
       this.running.delete(slot);
     }
@@ -135,40 +170,44 @@ export class Invoker {
   private async execute(
     handler: Bound,
     id: string,
-    tenant: string,
+    call: { tenant: string; input: unknown; bodyBytes: number; ids: Ids },
     claim: { key: string; slot: string } | undefined,
-    input: unknown,
-    bodyBytes: number,
   ): Promise<HttpResponse> {
-    const { db, schema, flows } = this.deps;
+    const { totals, schema, flows } = this.deps;
+    const { tenant, input, bodyBytes, ids } = call;
+    const { logger } = this.app.config;
     const what = `handler ${id}`;
-    const run = (tx: Sql, context: RunContext | undefined) =>
+    const run = (tx: Sql, context: RunContext | undefined, count: Count) =>
       withinTimeout(tx, handler.timeoutMs, what, async (guarded) =>
         dataEnvelope(
           await handler.module.handle(
             input,
-            hostContext(guarded, createDataStore(guarded, schema()), context, tenant, flows),
+            hostContext(guarded, createDataStore(guarded, schema()), context, tenant, { flows, logger, count, ids }),
           ),
         ),
       );
+    // The gate reads the ids from here: the request id made above, so the envelope and the engine agree.
+    const headers = { 'x-request-id': ids.requestId, 'oncely-trace-id': ids.traceId };
     try {
-      const response = await db.transaction(async (tx) => {
+      const response = await totals.transaction(async (tx, count) => {
         if (tx.dialect === 'postgres' && !(await this.prepare(tx, handler.timeoutMs, claim?.slot))) return inProgress();
         const start = await handler.gate.begin(
           { tenant },
-          { method: 'POST', route: id, header: undefined, key: claim?.key, body: input, bodyBytes },
+          { method: 'POST', route: id, header: undefined, key: claim?.key, body: input, bodyBytes, headers },
           { tx: tx.handle },
         );
         if (start.kind === 'respond') return asEnvelope(start.response);
-        if (start.kind === 'pass') return run(tx, undefined);
+        if (start.kind === 'pass') return run(tx, undefined, count);
+        const execution = start.run;
         let answer: HttpResponse;
         try {
-          answer = await run(tx, start.run.context);
+          // In the engine's execute span: spans the handler starts are its children.
+          answer = await execution.within(() => run(tx, execution.context, count));
         } catch (error) {
-          await start.run.abandon(error);
+          await execution.abandon(error);
           throw error;
         }
-        return start.run.finish(answer, true);
+        return execution.finish(answer, true);
       });
       this.deps.afterCommit();
       return response;
@@ -178,10 +217,10 @@ export class Invoker {
       const e = error as { status?: unknown; code?: unknown; message?: unknown };
       const status = typeof e.status === 'number' && e.status >= 400 && e.status < 600 ? e.status : 500;
       logFailure(
-        this.app.config.logger,
+        logger,
         'handler failed',
         `${id}, key ${claim?.key ?? '(none)'}`,
-        { handler: id, key: claim?.key ?? null, status },
+        { handler: id, key: claim?.key ?? null, status, requestId: ids.requestId },
         error,
       );
       // Public: an OncelyError, or a 4xx the handler chose with a code. Anything else (a driver's
@@ -266,13 +305,32 @@ function inProgress(): HttpResponse {
   );
 }
 
-/** Problem documents of the gate, in the host's envelope (status and Retry-After kept). */
+/** Problem documents of the gate, in the host's envelope (status, Retry-After and the ids kept). */
 function asEnvelope(response: HttpResponse): HttpResponse {
   const type = response.headers['content-type'];
   if (typeof type !== 'string' || !type.startsWith('application/problem+json')) return response;
   const problem = JSON.parse(Buffer.from(response.body).toString()) as { code: string; detail: string };
   const wrapped = envelope(response.status, { error: { code: problem.code, message: problem.detail } });
-  const retry = response.headers['retry-after'];
-  if (retry !== undefined) wrapped.headers['retry-after'] = retry;
+  for (const name of ['retry-after', 'oncely-trace-id'] as const) {
+    const value = response.headers[name];
+    if (value !== undefined) wrapped.headers[name] = value;
+  }
   return wrapped;
+}
+
+/**
+ * The envelope with the ids added last, `{ code, data | error, traceId, requestId }`, and as the
+ * Oncely-Trace-Id and X-Request-Id headers. The trace id is the record's when the gate answered
+ * (a replay keeps the first claim's), else the one the caller sent; added after the gate, since a
+ * stored envelope must not carry the request id of its first attempt.
+ */
+function identified(response: HttpResponse, ids: Ids): HttpResponse {
+  const traceId = (response.headers['oncely-trace-id'] as string | undefined) ?? ids.traceId;
+  const { headers } = response;
+  if (traceId !== undefined) headers['oncely-trace-id'] = traceId;
+  headers['x-request-id'] = ids.requestId;
+  const body = Buffer.from(response.body);
+  // Every envelope is a JSON object: the ids go in before its closing brace.
+  const tail = `${traceId === undefined ? '' : `,"traceId":${JSON.stringify(traceId)}`},"requestId":${JSON.stringify(ids.requestId)}}`;
+  return { ...response, body: Buffer.concat([body.subarray(0, body.length - 1), Buffer.from(tail)]) };
 }

@@ -1,7 +1,9 @@
 import { validateKey } from '../core/key.js';
+import { processMetrics } from '../core/metrics.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, WorkQueue } from '../work/index.js';
 import { dueNow, insertMessage, OUTBOX_WORK, type OutboxRow } from './outbox-sql.js';
+import { Totals } from './totals.js';
 
 /** Where the relay hands a message: the app's own consumers, or later a broker. */
 export interface OutboxTarget {
@@ -38,6 +40,8 @@ export interface RelayOptions {
   leaseMs?: number;
   baseDelayMs?: number;
   maxDelayMs?: number;
+  /** Where deliveries, retries and dead letters are counted, each in its completion's transaction; default totals of the process's metrics. */
+  totals?: Totals;
 }
 
 /**
@@ -53,11 +57,13 @@ export class OutboxRelay {
   // True while stop() waits: the rest of a claimed batch is given back instead of delivered.
   private stopping = false;
   private readonly work: WorkQueue<OutboxRow>;
+  private readonly totals: Totals;
 
   constructor(
     private readonly db: Db,
     private readonly options: RelayOptions,
   ) {
+    this.totals = options.totals ?? new Totals(db, processMetrics);
     this.work = new WorkQueue(db, OUTBOX_WORK, {
       leaseMs: options.leaseMs ?? 30_000,
       baseDelayMs: options.baseDelayMs,
@@ -115,10 +121,19 @@ export class OutboxRelay {
     } catch (error) {
       held.stop();
       const reason = error instanceof Error ? error.message : String(error);
-      return this.work.fail(this.db, claim, this.work.plan(claim), reason);
+      const plan = this.work.plan(claim);
+      return this.totals.transaction(async (tx, count) => {
+        const failed = await this.work.fail(tx, claim, plan, reason);
+        if (failed) await count('oncely_outbox_total', [row.topic, plan.dead ? 'dead_lettered' : 'retried']);
+        return failed;
+      });
     }
     held.stop();
-    return this.work.complete(this.db, claim, 'delivered', { delivered_at: Date.now() });
+    return this.totals.transaction(async (tx, count) => {
+      const completed = await this.work.complete(tx, claim, 'delivered', { delivered_at: Date.now() });
+      if (completed) await count('oncely_outbox_total', [row.topic, 'delivered']);
+      return completed;
+    });
   }
 
   private schedule(ms: number): void {

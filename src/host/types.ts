@@ -64,6 +64,15 @@ export interface HostEvent {
 
 /**
  * What happened to an event, as counted by the host. `conflict`: a duplicate id whose body differs
- * from the stored one (the stored event is kept, the new body dropped).
+ * from the stored one (the stored event is kept, the new body dropped); `replayed_from_dead_letter`:
+ * a dead letter put back in the queue.
  */
-export type EventOutcome = 'accepted' | 'duplicate' | 'conflict' | 'applied' | 'stale' | 'retrying' | 'dead_lettered';
+export type EventOutcome =
+  | 'accepted'
+  | 'duplicate'
+  | 'conflict'
+  | 'applied'
+  | 'stale'
+  | 'retrying'
+  | 'dead_lettered'
+  | 'replayed_from_dead_letter';

@@ -108,6 +108,7 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
         'events@1',
         'events@2',
         'events@3',
+        'events@4',
         'flows@1',
         'flows@2',
         'outbox@1',
@@ -116,7 +117,7 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       // Every step is recorded: opening again runs none of them.
       await events.migrate();
       await migrate(db, outboxMigrations);
-      expect((await ledger(db)).length).toBe(8);
+      expect((await ledger(db)).length).toBe(9);
     }, 30_000);
 
     it('adds body_hash to events tables made before it existed, keeping their rows', async () => {
@@ -144,7 +145,7 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
         target = targets[dialect]();
         const dbs = await Promise.all([open(), open(), open()]);
         await Promise.all(dbs.map((db) => new EventQueue(db, { consumerFor: () => undefined }).migrate()));
-        expect((await ledger(dbs[0] as Db)).map((r) => Number(r.version))).toEqual([1, 2, 3]);
+        expect((await ledger(dbs[0] as Db)).map((r) => Number(r.version))).toEqual([1, 2, 3, 4]);
       });
   });
 }

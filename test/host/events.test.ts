@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { OncelyLogger } from '../../src/core/observer.js';
 import { openDb } from '../../src/db/index.js';
 import { openPostgres } from '../../src/db/postgres.js';
 import { openSqlite } from '../../src/db/sqlite.js';
 import type { Db, Sql } from '../../src/db/types.js';
-import type { HostLog } from '../../src/host/context.js';
 import { backoffDelay, type ConsumerBinding, EventQueue, type EventQueueOptions } from '../../src/host/events.js';
 import type { HostEvent } from '../../src/host/types.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
@@ -47,10 +47,10 @@ const effects = async (db: Db) =>
 /** A structured logger that keeps what it was told, so a test can assert on reported failures. */
 function recordingLogger() {
   const errors: { message: string; fields?: Record<string, unknown> }[] = [];
-  const logger: HostLog = {
+  const logger: OncelyLogger = {
     info: () => {},
     warn: () => {},
-    error: (message, fields) => void errors.push({ message, fields }),
+    error: (fields, message) => void errors.push({ message, fields }),
   };
   return { logger, errors };
 }
@@ -113,6 +113,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
         stale: 0,
         retrying: 0,
         dead_lettered: 0,
+        replayed_from_dead_letter: 0,
       });
       await expect(queue.intake('shop', '', 'x', {})).rejects.toMatchObject({ code: 'KEY_REQUIRED' });
     });

@@ -30,6 +30,6 @@ export async function handle(
       ['id'],
     ),
   );
-  ctx.log.info('order created', { id, created });
+  ctx.log.info({ id, created }, 'order created');
   return { orderId: id, amountCents: product.priceCents * input.quantity };
 }

@@ -14,5 +14,5 @@ export async function handle(event: HostEvent, ctx: HostContext) {
   // A throw is retried with backoff, then dead-lettered: an unknown order may simply not exist yet.
   if (!paid.ok) throw new Error(paid.error.message);
   if (paid.data.affected === 0) throw new Error(`order ${data.orderId} is not waiting for a payment`);
-  ctx.log.info('order paid', { orderId: data.orderId });
+  ctx.log.info({ orderId: data.orderId }, 'order paid');
 }

@@ -11,6 +11,6 @@ export async function handle(input: typeof example, ctx: HostContext) {
   const row = { id: input.orderId, customerId: input.customerId, amountCents: input.amountCents, status: 'created' };
   const created = await ctx.store.createIfAbsent('orders', row, ['id']);
   if (!created.ok) throw Object.assign(new Error(created.error.message), { status: 400, code: created.error.code });
-  ctx.log.info('order created', { id: input.orderId, created: created.data.created });
+  ctx.log.info({ id: input.orderId, created: created.data.created }, 'order created');
   return { orderId: input.orderId, status: created.data.record.status };
 }
