@@ -5,6 +5,8 @@
  * Tenants are never label values: their number is unbounded.
  */
 
+import { InvalidArgumentError } from './errors.js';
+
 /** Where a call came from: the engine's own API, or the surface that called it. */
 export type Surface = 'engine' | 'http' | 'handler' | 'consumer' | 'tool' | 'flow' | 'scan';
 
@@ -190,10 +192,17 @@ export class Metrics {
     return this.byName.get(name)?.get(labels.join(SEP))?.value ?? 0;
   }
 
-  /** The sum of a counter over every series whose labels match `where` (label name to value). */
+  /**
+   * The sum of a counter over every series whose labels match `where` (label name to value). A
+   * label the metric does not have is INVALID_ARGUMENT: a misspelt filter must not read as zero.
+   */
   sum(name: CounterName, where: Record<string, string> = {}): number {
     const names = METRICS[name].labels as readonly string[];
-    const wanted = Object.entries(where).map(([label, value]) => [names.indexOf(label), value] as const);
+    const wanted = Object.entries(where).map(([label, value]) => {
+      const i = names.indexOf(label);
+      if (i < 0) throw new InvalidArgumentError(`${name} has no label "${label}" (its labels: ${names.join(', ')})`);
+      return [i, value] as const;
+    });
     let total = 0;
     for (const series of this.byName.get(name)?.values() ?? [])
       if (wanted.every(([i, value]) => series.labels[i] === value)) total += series.value;
