@@ -68,12 +68,12 @@ export async function listApprovals(db: Db, status?: ApprovalStatus): Promise<Ap
   return rows.map(fromRow);
 }
 
-/** Records a pending approval unless one exists for this intent; returns the stored one. */
+/** Records a pending approval unless one exists for this intent; returns the stored one, and whether this call made it. */
 export async function requestApproval(
   db: Db,
   approval: Omit<Approval, 'status' | 'decidedBy' | 'decidedAt' | 'reason'>,
-): Promise<Approval> {
-  await db.run(
+): Promise<{ approval: Approval; created: boolean }> {
+  const created = await db.run(
     `INSERT INTO oncely_approvals (id, tenant, tool, idempotency_key, content_hash, input, preview, status, requested_at, expires_at)
      VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING`,
     [
@@ -88,12 +88,13 @@ export async function requestApproval(
       approval.expiresAt,
     ],
   );
-  return (await getApproval(db, approval.id)) as Approval;
+  return { approval: (await getApproval(db, approval.id)) as Approval, created: created === 1 };
 }
 
 /**
  * Moves a pending approval to `to`, if it is still pending and (for approvals) not expired; one
- * caller wins. A late decision turns it `expired` instead. Returns the approval as it now stands.
+ * caller wins. A late decision turns it `expired` instead. Returns the approval as it now stands,
+ * and the status this call moved it to (null when it decided nothing: decided before, or unknown).
  */
 export async function decideApproval(
   db: Db,
@@ -102,29 +103,34 @@ export async function decideApproval(
   by: string,
   reason: string | null,
   now = Date.now(),
-): Promise<Approval | null> {
-  await db.transaction(async (tx) => {
+): Promise<{ approval: Approval | null; decided: 'approved' | 'rejected' | 'expired' | null }> {
+  const decided = await db.transaction(async (tx) => {
     const changed = await tx.run(
       `UPDATE oncely_approvals SET status = ?, decided_by = ?, decided_at = ?, reason = ? WHERE id = ? AND status = 'pending' AND expires_at > ?`,
       [to, by, now, reason, id, now],
     );
-    if (changed === 0)
-      await tx.run(
-        `UPDATE oncely_approvals SET status = 'expired', decided_at = ? WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
-        [now, id, now],
-      );
+    if (changed === 1) return to;
+    const expired = await tx.run(
+      `UPDATE oncely_approvals SET status = 'expired', decided_at = ? WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
+      [now, id, now],
+    );
+    return expired === 1 ? 'expired' : null;
   });
-  return getApproval(db, id);
+  return { approval: await getApproval(db, id), decided };
 }
 
 /**
  * Records the expiry of a pending approval whose time ran out, so a caller learns it can never be
- * approved instead of waiting. Returns the approval as it now stands.
+ * approved instead of waiting. Returns the approval as it now stands, and whether this call expired it.
  */
-export async function expireIfDue(db: Db, id: string, now = Date.now()): Promise<Approval | null> {
-  await db.run(
+export async function expireIfDue(
+  db: Db,
+  id: string,
+  now = Date.now(),
+): Promise<{ approval: Approval | null; expired: boolean }> {
+  const expired = await db.run(
     `UPDATE oncely_approvals SET status = 'expired', decided_at = ? WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
     [now, id, now],
   );
-  return getApproval(db, id);
+  return { approval: await getApproval(db, id), expired: expired === 1 };
 }

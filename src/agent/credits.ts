@@ -1,9 +1,18 @@
 import { OncelyError } from '../core/errors.js';
+import { type Metrics, processMetrics } from '../core/metrics.js';
 import type { Db, Sql } from '../db/types.js';
 
-/** A credit ledger with reservations bound to action ids: reserve, then confirm or release, never twice. */
+/**
+ * A credit ledger with reservations bound to action ids: reserve, then confirm or release, never
+ * twice. Each reservation made, confirmed or released is counted in `oncely_credits_total` under
+ * the tool given (the runtime gives its tool's name; a reservation does not store it, so the
+ * sweep's releases count under the tool '').
+ */
 export class Credits {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    private readonly metrics: Metrics = processMetrics,
+  ) {}
 
   /** Adds credits to an account (a top-up; negative to take away). */
   async grant(account: string, credits: number): Promise<number> {
@@ -40,8 +49,15 @@ export class Credits {
    * its reservation (reserved or confirmed) and holds nothing more. Every step is a conditional
    * write, so two processes racing on one action hold its credits once.
    */
-  async reserve(account: string, credits: number, actionId: string, expiresAt: number, life = ''): Promise<void> {
-    await this.db.transaction(async (tx) => {
+  async reserve(
+    account: string,
+    credits: number,
+    actionId: string,
+    expiresAt: number,
+    life = '',
+    tool = '',
+  ): Promise<void> {
+    const held = await this.db.transaction(async (tx) => {
       const created = await tx.run(
         `INSERT INTO oncely_credit_reservations (action_id, account, credits, status, created_at, expires_at, life)
          VALUES (?, ?, ?, 'reserved', ?, ?, ?) ON CONFLICT (action_id) DO NOTHING`,
@@ -61,7 +77,7 @@ export class Credits {
           `UPDATE oncely_credit_reservations SET expires_at = ? WHERE action_id = ? AND status = 'reserved'`,
           [expiresAt, actionId],
         );
-        return;
+        return false;
       }
       const taken = await tx.run(
         'UPDATE oncely_credit_accounts SET balance = balance - ? WHERE account = ? AND balance >= ?',
@@ -70,12 +86,14 @@ export class Credits {
       // Thrown inside the transaction: the reservation written above rolls back with it.
       if (taken !== 1)
         throw new OncelyError('BUDGET_EXCEEDED', `account ${account} has fewer than ${credits} credit(s) left`);
+      return true;
     });
+    if (held) this.metrics.add('oncely_credits_total', [tool, 'reserved']);
   }
 
   /** Makes a reservation final. One the sweep released meanwhile is charged again: its effect did happen. */
-  async confirm(actionId: string): Promise<void> {
-    await this.db.transaction(async (tx) => {
+  async confirm(actionId: string, tool = ''): Promise<void> {
+    const confirmed = await this.db.transaction(async (tx) => {
       const now = Date.now();
       if (
         (await tx.run(
@@ -83,26 +101,31 @@ export class Credits {
           [now, actionId],
         )) === 1
       )
-        return;
+        return true;
       if (
         (await tx.run(
           `UPDATE oncely_credit_reservations SET status = 'confirmed', settled_at = ? WHERE action_id = ? AND status = 'released'`,
           [now, actionId],
-        )) === 1
+        )) !== 1
       )
-        await this.move(tx, actionId, -1);
+        return false;
+      await this.move(tx, actionId, -1);
+      return true;
     });
+    if (confirmed) this.metrics.add('oncely_credits_total', [tool, 'confirmed']);
   }
 
   /** Gives a reservation's credits back (failure, rejection); a confirmed one is never released. */
-  async release(actionId: string): Promise<void> {
-    await this.db.transaction(async (tx) => {
+  async release(actionId: string, tool = ''): Promise<void> {
+    const released = await this.db.transaction(async (tx) => {
       const changed = await tx.run(
         `UPDATE oncely_credit_reservations SET status = 'released', settled_at = ? WHERE action_id = ? AND status = 'reserved'`,
         [Date.now(), actionId],
       );
       if (changed === 1) await this.move(tx, actionId, 1);
+      return changed === 1;
     });
+    if (released) this.metrics.add('oncely_credits_total', [tool, 'released']);
   }
 
   /** Moves a reservation's credits into (+1) or out of (-1) its account's balance. */

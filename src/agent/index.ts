@@ -2,7 +2,13 @@ export type { Approval, ApprovalStatus } from './approvals.js';
 export { Credits } from './credits.js';
 export type { DeliveryState, NextAction, ToolEnvelope } from './envelope.js';
 export { createRegistry, describeTools, type ToolDescription } from './registry.js';
-export { AgentRuntime, type AgentRuntimeOptions, type CallOptions, createAgentRuntime } from './runtime.js';
+export {
+  AgentRuntime,
+  type AgentRuntimeOptions,
+  type CallOptions,
+  createAgentRuntime,
+  type Decider,
+} from './runtime.js';
 export {
   type AnyTool,
   defineTool,

@@ -4,6 +4,8 @@ import { type AnyErrorCode, InvalidArgumentError, OncelyError } from '../core/er
 import { fingerprint } from '../core/fingerprint.js';
 import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateKey } from '../core/key.js';
+import { type ObserveOptions, Observer } from '../core/observer.js';
+import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
 import type { Oncely } from '../engine/engine.js';
 import {
@@ -19,8 +21,14 @@ import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.
 import { migrateAgentTables } from './tables.js';
 import type { AnyTool } from './tool.js';
 
-/** Options of `createAgentRuntime`. */
-export interface AgentRuntimeOptions {
+/**
+ * Options of `createAgentRuntime`. The observe options (`logger`, `onDecision`, `metrics`,
+ * `tracer`) are createOncely's: the runtime counts `oncely_tool_calls_total` (each envelope's
+ * delivery state), `oncely_approvals_total` and `oncely_credits_total`, and spans each call
+ * (`oncely.tool`, the engine's span its child). Give the engine (`once`) the same ones: it counts
+ * and logs the tool calls' engine runs (surface `tool`).
+ */
+export interface AgentRuntimeOptions extends ObserveOptions {
   /** The engine that claims each intent (any store: SQLite, PostgreSQL, Redis). */
   once: Oncely;
   /** Where approvals and credits live: `openDb(path | url)`. */
@@ -39,6 +47,33 @@ export interface CallOptions {
   tenant?: string;
   /** A key the client supplies (MCP `_meta`), used instead of the declared key fields. */
   key?: string;
+  /** The intent's trace id, made where the intent began and the same on its retries; the first claim keeps it. */
+  traceId?: string;
+  /** This attempt's id (the envelope's `requestId`); default a new UUID. */
+  requestId?: string;
+}
+
+/** Who decides an approval, and the ids of the decision's call (as in CallOptions). */
+export interface Decider {
+  approver: string;
+  traceId?: string;
+  requestId?: string;
+}
+
+/** What a runtime operation learned as it went: the tool it was about (a label: '' until known). */
+interface Tracked {
+  tool: string;
+}
+
+// A trace or request id: printable ASCII without spaces, bounded, as headers and logs carry it.
+const ID = /^[\x21-\x7e]{1,128}$/;
+
+function checkIds(ids: { traceId?: string; requestId?: string }): void {
+  for (const name of ['traceId', 'requestId'] as const) {
+    const value = ids[name];
+    if (value !== undefined && (typeof value !== 'string' || !ID.test(value)))
+      throw new InvalidArgumentError(`${name} must be 1 to 128 printable characters without spaces`);
+  }
 }
 
 const DEFAULT_APPROVAL_TTL = '24h';
@@ -55,23 +90,41 @@ export class AgentRuntime {
   private readonly tenant: string;
   private readonly waitMs: number;
   private readonly reservationMs: number;
+  private readonly observer: Observer;
 
   constructor(private readonly options: AgentRuntimeOptions) {
     for (const tool of options.tools) {
       if (this.tools.has(tool.name)) throw new InvalidArgumentError(`two tools are named ${tool.name}`);
       this.tools.set(tool.name, tool);
     }
-    this.credits = new Credits(options.db);
+    this.observer = new Observer(options);
+    this.credits = new Credits(options.db, this.observer.metrics);
     this.tenant = options.tenant ?? 'default';
     this.waitMs = toMs(options.wait ?? '30s', 'wait');
     this.reservationMs = toMs(options.reservationTtl ?? '15m', 'reservationTtl');
   }
 
-  /** Calls a tool; always answers with an envelope, never throws for the model's mistakes. */
+  /**
+   * Calls a tool; always answers with an envelope, never throws for the model's mistakes (a bad
+   * `traceId` or `requestId` is the caller's: INVALID_ARGUMENT).
+   */
   async call(name: string, raw: unknown, options: CallOptions = {}): Promise<ToolEnvelope> {
-    const requestId = randomUUID();
+    checkIds(options);
+    return this.observed('call', options.requestId, (track, requestId) =>
+      this.callTool(track, requestId, name, raw, options),
+    );
+  }
+
+  private async callTool(
+    track: Tracked,
+    requestId: string,
+    name: string,
+    raw: unknown,
+    options: CallOptions,
+  ): Promise<ToolEnvelope> {
     const tool = this.tools.get(name);
     if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `there is no tool named ${name}`);
+    track.tool = tool.name;
     const checked = await tool.input['~standard'].validate(raw);
     if (checked.issues)
       return failed(
@@ -98,7 +151,7 @@ export class AgentRuntime {
     if (tool.outbound?.approval === 'required') {
       const preview = tool.outbound.preview(input as never);
       const now = Date.now();
-      let approval = await requestApproval(this.options.db, {
+      const requested = await requestApproval(this.options.db, {
         id: actionId,
         tenant,
         tool: tool.name,
@@ -109,9 +162,14 @@ export class AgentRuntime {
         requestedAt: now,
         expiresAt: now + toMs(tool.outbound.approvalTtl ?? DEFAULT_APPROVAL_TTL, 'approvalTtl'),
       });
+      let { approval } = requested;
+      if (requested.created) this.countApproval(tool.name, 'requested');
       // A pending approval past its time can never be approved: record the expiry rather than say "wait".
-      if (approval.status === 'pending' && approval.expiresAt <= now)
-        approval = (await expireIfDue(this.options.db, approval.id, now)) ?? approval;
+      if (approval.status === 'pending' && approval.expiresAt <= now) {
+        const due = await expireIfDue(this.options.db, approval.id, now);
+        if (due.expired) this.countApproval(tool.name, 'expired');
+        approval = due.approval ?? approval;
+      }
       if (approval.contentHash !== fingerprint(preview))
         return withApproval(
           failed(
@@ -124,21 +182,29 @@ export class AgentRuntime {
         );
       if (approval.status !== 'approved') return this.approvalState(approval, requestId, key, actionId);
       return withApproval(
-        await this.execute(tool, approval.input as Record<string, unknown>, key, tenant, actionId, requestId),
+        await this.execute(tool, approval.input as Record<string, unknown>, key, tenant, actionId, requestId, options),
         approval,
       );
     }
-    return this.execute(tool, input, key, tenant, actionId, requestId);
+    return this.execute(tool, input, key, tenant, actionId, requestId, options);
   }
 
   /** Approves a pending approval and executes exactly the content that was previewed, once. */
-  async approve(approvalId: string, by: { approver: string }): Promise<ToolEnvelope> {
-    const requestId = randomUUID();
+  async approve(approvalId: string, by: Decider): Promise<ToolEnvelope> {
     if (!by?.approver) throw new InvalidArgumentError('approve needs { approver }');
-    const approval = await decideApproval(this.options.db, approvalId, 'approved', by.approver, null);
+    checkIds(by);
+    return this.observed('approve', by.requestId, (track, requestId) =>
+      this.approveTool(track, requestId, approvalId, by),
+    );
+  }
+
+  private async approveTool(track: Tracked, requestId: string, approvalId: string, by: Decider): Promise<ToolEnvelope> {
+    const { approval, decided } = await decideApproval(this.options.db, approvalId, 'approved', by.approver, null);
     if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
     const tool = this.tools.get(approval.tool);
     if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
+    track.tool = tool.name;
+    if (decided) this.countApproval(tool.name, decided);
     if (approval.status !== 'approved')
       return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
     // Approving twice finds the first execution's record: already_sent, nothing sent again.
@@ -150,17 +216,29 @@ export class AgentRuntime {
         approval.tenant,
         approval.id,
         requestId,
+        by,
       ),
       approval,
     );
   }
 
   /** Rejects a pending approval; who and when are kept. */
-  async reject(approvalId: string, by: { approver: string; reason?: string }): Promise<ToolEnvelope> {
-    const requestId = randomUUID();
-    const approval = await decideApproval(this.options.db, approvalId, 'rejected', by.approver, by.reason ?? null);
-    if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
-    return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
+  async reject(approvalId: string, by: Decider & { reason?: string }): Promise<ToolEnvelope> {
+    checkIds(by);
+    return this.observed('reject', by.requestId, async (track, requestId) => {
+      const { approval, decided } = await decideApproval(
+        this.options.db,
+        approvalId,
+        'rejected',
+        by.approver,
+        by.reason ?? null,
+      );
+      if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
+      // A label only for tools this runtime declares: a stored name is not a bounded label value otherwise.
+      if (this.tools.has(approval.tool)) track.tool = approval.tool;
+      if (decided) this.countApproval(track.tool, decided);
+      return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
+    });
   }
 
   /** Reads an approval. */
@@ -201,6 +279,46 @@ export class AgentRuntime {
     );
   }
 
+  /**
+   * Runs one operation (call, approve, reject) in its span, `oncely.tool`, and counts the delivery
+   * state of the envelope it answers.
+   */
+  private async observed(
+    operation: 'call' | 'approve' | 'reject',
+    givenRequestId: string | undefined,
+    run: (track: Tracked, requestId: string) => Promise<ToolEnvelope>,
+  ): Promise<ToolEnvelope> {
+    const requestId = givenRequestId ?? randomUUID();
+    const track: Tracked = { tool: '' };
+    const span = startSpan(this.observer.activeTracer, 'oncely.tool', {
+      'oncely.operation': operation,
+      'oncely.request_id': requestId,
+    });
+    let answer: ToolEnvelope;
+    try {
+      answer = await withSpan(span, () => run(track, requestId));
+    } catch (error) {
+      // The store of approvals or credits failed outside the engine's run.
+      endSpan(span, { 'oncely.tool': track.tool }, error);
+      throw error;
+    }
+    this.observer.metrics.add('oncely_tool_calls_total', [track.tool, answer.deliveryState]);
+    endSpan(
+      span,
+      {
+        'oncely.tool': track.tool,
+        'oncely.state': answer.deliveryState,
+        ...(answer.traceId ? { 'oncely.trace_id': answer.traceId } : {}),
+      },
+      answer.deliveryState === 'failed' ? answer.error : undefined,
+    );
+    return answer;
+  }
+
+  private countApproval(tool: string, decision: 'requested' | 'approved' | 'rejected' | 'expired'): void {
+    this.observer.metrics.add('oncely_approvals_total', [tool, decision]);
+  }
+
   private async execute(
     tool: AnyTool,
     input: Record<string, unknown>,
@@ -208,14 +326,28 @@ export class AgentRuntime {
     tenant: string,
     actionId: string,
     requestId: string,
+    ids: { traceId?: string },
   ): Promise<ToolEnvelope> {
     const fields = tool.idempotency.fingerprintFields ?? tool.idempotency.keyFields;
     const fingerprint = Object.fromEntries(fields.map((f) => [f, input[f]]));
     const base = { key, actionId };
+    // The intent's trace id as this call learns it: the record's, from the run or the error about it.
+    let traceId: string | null = null;
     try {
       const result = await this.options.once.run(
-        { action: `tool:${tool.name}`, key, tenant, input: fingerprint, ttl: tool.idempotency.ttl, wait: this.waitMs },
+        {
+          action: `tool:${tool.name}`,
+          key,
+          tenant,
+          input: fingerprint,
+          ttl: tool.idempotency.ttl,
+          wait: this.waitMs,
+          surface: 'tool',
+          requestId,
+          ...(ids.traceId !== undefined ? { traceId: ids.traceId } : {}),
+        },
         async (ctx) => {
+          traceId = ctx.traceId;
           const account = tool.cost?.account({ tenant });
           if (tool.cost && account)
             // The record's life (its trace id survives takeovers, not expiry) tells a retry from a new intent.
@@ -225,6 +357,7 @@ export class AgentRuntime {
               actionId,
               Date.now() + this.reservationMs,
               ctx.traceId,
+              tool.name,
             );
           try {
             const data = await tool.execute(input as never, {
@@ -235,10 +368,10 @@ export class AgentRuntime {
               requestId: ctx.requestId,
               attempt: ctx.attempt,
             });
-            if (tool.cost && account) await this.credits.confirm(actionId);
+            if (tool.cost && account) await this.credits.confirm(actionId, tool.name);
             return data;
           } catch (error) {
-            if (tool.cost && account) await this.credits.release(actionId);
+            if (tool.cost && account) await this.credits.release(actionId, tool.name);
             throw error;
           }
         },
@@ -254,21 +387,22 @@ export class AgentRuntime {
     } catch (error) {
       const code = (error as { code?: unknown }).code;
       const text = error instanceof Error ? error.message : String(error);
+      traceId = (error as { record?: { traceId?: string } }).record?.traceId ?? traceId;
       if (code === 'OUTCOME_UNKNOWN' || code === 'IN_PROGRESS' || code === 'LEASE_LOST')
         return {
-          ...envelope('unknown', requestId, base, null, 'the outcome is not known yet; do not send again, wait'),
+          ...envelope('unknown', requestId, base, traceId, 'the outcome is not known yet; do not send again, wait'),
           nextAction: 'wait',
           error: { code, message: text },
         };
       if (code === 'STORE_UNAVAILABLE')
         return {
-          ...envelope('failed', requestId, base, null, 'nothing was sent; try again later'),
+          ...envelope('failed', requestId, base, traceId, 'nothing was sent; try again later'),
           nextAction: 'wait',
           error: { code, message: text },
         };
       const stable = typeof code === 'string' ? code : 'TOOL_FAILED';
       return {
-        ...envelope('failed', requestId, base, null, `failed: ${text}`),
+        ...envelope('failed', requestId, base, traceId, `failed: ${text}`),
         error: { code: stable, message: text },
       };
     }

@@ -103,7 +103,7 @@ export const METRICS = {
   },
   oncely_tool_calls_total: {
     type: 'counter',
-    help: 'Agent tool calls by delivery state',
+    help: "Agent tool calls (call, approve, reject) by the envelope's delivery state: sent, already_sent, pending_approval, rejected, failed, unknown; tool '' when the name is no declared tool",
     labels: ['tool', 'state'],
   },
   oncely_approvals_total: {
@@ -113,7 +113,7 @@ export const METRICS = {
   },
   oncely_credits_total: {
     type: 'counter',
-    help: 'Agent credit reservations by outcome: reserved, confirmed, released',
+    help: "Agent credit reservations by outcome: reserved, confirmed, released; tool '' for the sweep's releases",
     labels: ['tool', 'outcome'],
   },
 } as const satisfies Record<string, MetricSpec>;
