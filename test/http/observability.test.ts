@@ -176,12 +176,13 @@ for (const [name, start] of Object.entries(frameworks)) {
       const made = await post(app.base, {});
       expect(made).toMatchObject({ status: 400, traceId: null, body: { code: 'KEY_REQUIRED' } });
       expect(made.requestId).toMatch(UUID);
-      for (const headers of [
+      const malformed: Record<string, string>[] = [
         { 'oncely-trace-id': 'has space' },
         { 'oncely-trace-id': 'x'.repeat(129) },
         { 'oncely-trace-id': 'é' },
         { 'x-request-id': 'x'.repeat(129) },
-      ]) {
+      ];
+      for (const headers of malformed) {
         const refused = await post(app.base, { 'idempotency-key': '"k-3"', ...headers });
         expect(refused).toMatchObject({ status: 400, traceId: null, body: { code: 'TRACE_ID_INVALID' } });
         expect(refused.requestId).toMatch(UUID);
