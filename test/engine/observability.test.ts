@@ -169,6 +169,8 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
         'engine export replayed': 1,
         'engine hold unknown': 2,
       });
+      // Every outcome's series exists from an action's first call (at 0 until it happens): 8 actions, 9 outcomes.
+      expect(metrics.read('oncely_calls_total')).toHaveLength(8 * 9);
       // Every call but the first of each key found its record (a released one included).
       expect(table(metrics, 'oncely_key_hits_total')).toEqual({
         'engine ship': 2,

@@ -22,6 +22,8 @@ import { createOncely, type Oncely } from '../../src/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { capture, installTracing } from '../engine/support/observe.js';
 
+/** The middleware's body limit here: small, so a 413 is cheap to provoke. */
+const MAX_BODY = 512;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /** Every non-zero series of a metric as 'label label label' -> value. */
@@ -44,7 +46,7 @@ const frameworks: Record<string, Start> = {
   async express(once) {
     const app = express();
     app.use(express.json());
-    app.post('/orders', expressIdempotency({ once }), (req, res) => {
+    app.post('/orders', expressIdempotency({ once, maxBodyBytes: MAX_BODY }), (req, res) => {
       const answer = handle(req.body);
       res.status(answer.status).json(answer.body);
     });
@@ -61,7 +63,7 @@ const frameworks: Record<string, Start> = {
   },
   async fastify(once) {
     const app = Fastify();
-    await app.register(fastifyIdempotency, { once });
+    await app.register(fastifyIdempotency, { once, maxBodyBytes: MAX_BODY });
     app.post('/orders', async (request, reply) => {
       const answer = handle(request.body);
       reply.code(answer.status);
@@ -75,7 +77,7 @@ const frameworks: Record<string, Start> = {
   },
   async hono(once) {
     const app = new Hono();
-    app.use('*', honoIdempotency({ once }));
+    app.use('*', honoIdempotency({ once, maxBodyBytes: MAX_BODY }));
     app.post('/orders', async (c) => {
       const answer = handle(await c.req.json());
       return c.json(answer.body as object, 201);
@@ -187,6 +189,18 @@ for (const [name, start] of Object.entries(frameworks)) {
         expect(refused).toMatchObject({ status: 400, traceId: null, body: { code: 'TRACE_ID_INVALID' } });
         expect(refused.requestId).toMatch(UUID);
       }
+      // Too large, refused on its Content-Length before it is read: with the ids all the same.
+      const large = await post(
+        app.base,
+        { 'idempotency-key': '"k-4"', 'oncely-trace-id': 'T-5', 'x-request-id': 'R-5' },
+        { item: 'x'.repeat(MAX_BODY) },
+      );
+      expect(large).toMatchObject({
+        status: 413,
+        traceId: 'T-5',
+        requestId: 'R-5',
+        body: { code: 'REQUEST_TOO_LARGE' },
+      });
       // 128 printable characters are an id.
       const longest = await post(app.base, { 'idempotency-key': '"k-3"', 'oncely-trace-id': 't'.repeat(128) });
       expect(longest).toMatchObject({ status: 201, traceId: 't'.repeat(128) });
