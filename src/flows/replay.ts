@@ -113,6 +113,8 @@ export async function executeFlow(
     options: StepOptions = {},
   ): Promise<Done<T>> => {
     const index = stepIndex++;
+    // Stored by an earlier execution: answered from its memo, a failure too, and counted as memoized.
+    const earlier = stored.has(stepId);
     const span = startSpan(tracer, 'oncely.step', {
       'oncely.flow': flow.name,
       'oncely.workflow_id': workflowId,
@@ -131,8 +133,9 @@ export async function executeFlow(
       return done;
     } catch (error) {
       const failed = error instanceof StepFailed;
-      if (failed && kind === 'step') metrics.add('oncely_flow_steps_total', [flow.name, 'failed']);
-      endSpan(span, { 'oncely.outcome': failed ? 'failed' : 'suspended' }, failed ? error : undefined);
+      const outcome = !failed ? 'suspended' : earlier ? 'memoized' : 'failed';
+      if (failed && kind === 'step') metrics.add('oncely_flow_steps_total', [flow.name, outcome]);
+      endSpan(span, { 'oncely.outcome': outcome, 'oncely.memoized': earlier }, failed ? error : undefined);
       throw error;
     }
   };

@@ -94,6 +94,16 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
           },
           { retry: { backoff: '1ms' } },
         );
+        // A failure the flow goes on from: answered from its memo on the next run, counted as memoized.
+        await run
+          .step(
+            'optional',
+            () => {
+              throw new Declined('not today');
+            },
+            { retry: { final: () => true } },
+          )
+          .catch(() => null);
         const go = await run.waitFor<string>('go');
         // A span the step's function starts is a child of the step's span.
         const c = await run.step('c', () => {
@@ -173,7 +183,8 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
           [crash.name, 'executed', 1],
           [crash.name, 'memoized', 2],
           [ok.name, 'executed', 3],
-          [ok.name, 'memoized', 2],
+          [ok.name, 'failed', 1],
+          [ok.name, 'memoized', 3],
           [ok.name, 'retried', 1],
           [saga.name, 'executed', 3],
           [saga.name, 'failed', 2],
@@ -248,10 +259,12 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
         expect(stepsUnder(okFirst)).toEqual([
           ['a', 'executed', false],
           ['b', 'executed', false],
+          ['optional', 'failed', false],
         ]);
         expect(stepsUnder(okSecond)).toEqual([
           ['a', 'memoized', true],
           ['b', 'memoized', true],
+          ['optional', 'memoized', true],
           ['c', 'executed', false],
         ]);
         const stepB = spans.find(
@@ -273,18 +286,18 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
           ['r1', 'executed', false],
           ['r2', 'executed', false],
           ['r3', 'executed', false],
-          ['boom', 'failed', undefined],
+          ['boom', 'failed', false],
           ['compensate:r3', 'executed', false],
-          ['compensate:r2', 'failed', undefined],
+          ['compensate:r2', 'failed', false],
           ['compensate:r1', 'executed', false],
         ]);
         expect(stepsUnder(sagaSecond)).toEqual([
           ['r1', 'memoized', true],
           ['r2', 'memoized', true],
           ['r3', 'memoized', true],
-          ['boom', 'failed', undefined],
+          ['boom', 'failed', false],
           ['compensate:r3', 'memoized', true],
-          ['compensate:r2', 'failed', undefined],
+          ['compensate:r2', 'failed', false],
           ['compensate:r1', 'memoized', true],
         ]);
         const failedCompensation = spans.find(
