@@ -12,6 +12,7 @@ import { trace } from '@opentelemetry/api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MetricName, Metrics, rates, rateTotals } from '../../src/core/metrics.js';
 import { createOncely, type Oncely } from '../../src/index.js';
+import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
@@ -302,6 +303,39 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
         });
       });
     });
+
+    it('counts a lease lost: the holder stalls, another process takes over and completes, the holder then finishes', async () => {
+      const lost = new Metrics();
+      const stalls = capture();
+      const holder = await createOncely({
+        store: openStore(spec),
+        tenant: 'acme',
+        metrics: lost,
+        logger: stalls.logger,
+        onDecision: stalls.onDecision,
+        tracer: false,
+      });
+      const probe = startWorker({ store: spec, mode: 'probe', action: 'stall', key: 'ORD-9', durationMs: 1_500 });
+      await probe.waitFor('ready');
+      const stalled = holder.run({ action: 'stall', key: 'ORD-9', lease: 150 }, async () => {
+        probe.child.stdin.write('go\n');
+        await sleep(10);
+        // Blocks this process, renewals included, for longer than the lease: the probe takes the claim over.
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 800);
+        return 'late';
+      });
+      await expect(stalled).rejects.toMatchObject({ code: 'LEASE_LOST' });
+      const counts = JSON.parse(await probe.waitFor('{')) as { executed: number; replayed: number; other: string[] };
+      expect(counts).toMatchObject({ executed: 1, other: [] });
+      await probe.exited;
+      await holder.close();
+      expect(table(lost, 'oncely_calls_total')).toEqual({ 'engine stall lease_lost': 1 });
+      expect(table(lost, 'oncely_execution_seconds')).toEqual({ 'engine stall': 1 });
+      expect(table(lost, 'oncely_key_hits_total')).toEqual({});
+      expect(stalls.events.map((e) => e.decision)).toEqual(['lease_lost']);
+      expect(stalls.events[0]?.error).toMatchObject({ code: 'LEASE_LOST' });
+      expect(stalls.lines.map((l) => `${l.level} ${l.message}`)).toEqual(['error oncely engine lease_lost']);
+    });
   });
 }
 
@@ -327,6 +361,32 @@ describeMix(
     await client.close();
   },
 );
+
+describe('engine observed when its store fails', () => {
+  it('counts store_unavailable, logs it as an error, and finds no key', async () => {
+    const metrics = new Metrics();
+    const seen = capture();
+    const once = await createOncely({
+      // Nothing listens on port 1: every store call fails.
+      store: postgresStore({ connectionString: 'postgres://postgres@127.0.0.1:1/test' }),
+      metrics,
+      logger: seen.logger,
+      onDecision: seen.onDecision,
+      tracer: false,
+    });
+    await expect(once.run({ action: 'pay', key: 'ORD-1', requestId: 'req-1' }, () => 1)).rejects.toMatchObject({
+      code: 'STORE_UNAVAILABLE',
+    });
+    await once.close();
+    expect(table(metrics, 'oncely_calls_total')).toEqual({ 'engine pay store_unavailable': 1 });
+    expect(table(metrics, 'oncely_key_hits_total')).toEqual({});
+    expect(table(metrics, 'oncely_execution_seconds')).toEqual({});
+    expect(seen.lines.map((l) => [l.level, l.message, l.fields.requestId])).toEqual([
+      ['error', 'oncely engine store_unavailable', 'req-1'],
+    ]);
+    expect(seen.events[0]?.error).toMatchObject({ code: 'STORE_UNAVAILABLE' });
+  });
+});
 
 describe('engine spans', () => {
   let tracing: ReturnType<typeof installTracing>;
