@@ -74,8 +74,9 @@ export function idempotency(options: IdempotencyOptions<Context>): MiddlewareHan
 const decoder = new TextDecoder();
 
 /**
- * The headers the gate reads: trace and request ids, and the W3C trace context. Four lookups
- * rather than a copy of every header of every request.
+ * The headers the gate reads: trace and request ids, and the W3C trace context and baggage (what
+ * the application's propagator may extract). A few lookups rather than a copy of every header of
+ * every request.
  */
 function idHeaders(c: Context): RequestHeaders {
   return {
@@ -83,6 +84,7 @@ function idHeaders(c: Context): RequestHeaders {
     'x-request-id': c.req.header('x-request-id'),
     traceparent: c.req.header('traceparent'),
     tracestate: c.req.header('tracestate'),
+    baggage: c.req.header('baggage'),
   };
 }
 const EMPTY = new Uint8Array(0);
