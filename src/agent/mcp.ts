@@ -8,8 +8,9 @@ import type {
   ToolAnnotations,
 } from '@modelcontextprotocol/sdk/types.js';
 import * as z from 'zod/v4';
+import { contextFromHeaders, withContext } from '../core/tracing.js';
 import type { ToolEnvelope } from './envelope.js';
-import type { AgentRuntime } from './runtime.js';
+import { type AgentRuntime, validId } from './runtime.js';
 import { type AnyTool, isDestructive } from './tool.js';
 
 /** What an MCP tool handler gets besides its arguments: the request's `_meta`, auth info, session... */
@@ -31,6 +32,9 @@ export interface RegisterToolsOptions {
  * the tool's key fields. The namespaced one is preferred; if both are present they must be equal.
  */
 export const META_KEY_FIELDS = ['oncely/idempotencyKey', 'idempotencyKey'] as const;
+
+/** The `_meta` field where a client may pass the intent's trace id, the same on its retries (CallOptions `traceId`). */
+export const META_TRACE_ID = 'oncely/traceId';
 
 /** The envelope, as the `outputSchema` of every tool; open to fields a later version adds. */
 const ENVELOPE_SCHEMA = z.looseObject({
@@ -62,6 +66,9 @@ const ENVELOPE_SCHEMA = z.looseObject({
  *   zod 4.2+, arktype; or zod 4; any other schema is advertised as an open object).
  * - A client key in `_meta['oncely/idempotencyKey']` or `_meta.idempotencyKey` replaces the key
  *   built from the key fields (prefixed by the tool name, like every key).
+ * - `_meta['oncely/traceId']` is the intent's trace id (kept by the first claim, returned in the
+ *   envelope); a W3C `traceparent` (and `tracestate`) in `_meta`, or else in the headers of an
+ *   MCP request over HTTP, continues the caller's trace: the call's span is a child of it.
  * @example registerTools(server, [sendReviewNotice], { runtime, tenant: (extra) => extra.authInfo?.clientId })
  */
 export function registerTools(
@@ -81,8 +88,16 @@ export function registerTools(
       },
       async (args, extra) => {
         const key = clientKey(extra._meta);
+        if ('error' in key) return toResult(key.error);
+        const traceId = extra._meta?.[META_TRACE_ID];
+        if (traceId !== undefined && !validId(traceId))
+          return toResult(
+            refused('INVALID_ARGUMENT', `_meta ${META_TRACE_ID} must be 1 to 128 printable characters without spaces`),
+          );
         const tenant = typeof options.tenant === 'function' ? options.tenant(extra) : options.tenant;
-        const envelope = 'error' in key ? key.error : await runtime.call(tool.name, args, { key: key.value, tenant });
+        const envelope = await withContext(contextFromHeaders(traceCarrier(extra)), () =>
+          runtime.call(tool.name, args, { key: key.value, tenant, ...(traceId !== undefined ? { traceId } : {}) }),
+        );
         return toResult(envelope);
       },
     ),
@@ -121,7 +136,24 @@ function clientKey(meta: Record<string, unknown> | undefined): { value: string |
   return { value: first };
 }
 
+/** The caller's W3C trace context: from `_meta` when it carries one, else from the HTTP request's headers. */
+function traceCarrier(extra: McpRequestExtra): Record<string, string | string[] | undefined> {
+  const meta = extra._meta;
+  if (typeof meta?.traceparent === 'string')
+    return {
+      traceparent: meta.traceparent,
+      ...(typeof meta.tracestate === 'string' ? { tracestate: meta.tracestate } : {}),
+    };
+  const headers = extra.requestInfo?.headers;
+  return headers ? { traceparent: headers.traceparent, tracestate: headers.tracestate } : {};
+}
+
 function keyInvalid(message: string): ToolEnvelope {
+  return refused('KEY_INVALID', message);
+}
+
+/** An envelope for a call refused before the runtime saw it. */
+function refused(code: 'KEY_INVALID' | 'INVALID_ARGUMENT', message: string): ToolEnvelope {
   return {
     success: false,
     data: null,
@@ -132,7 +164,7 @@ function keyInvalid(message: string): ToolEnvelope {
     traceId: null,
     requestId: randomUUID(),
     nextAction: 'stop',
-    error: { code: 'KEY_INVALID', message },
+    error: { code, message },
     message,
   };
 }

@@ -65,15 +65,17 @@ interface Tracked {
   tool: string;
 }
 
-// A trace or request id: printable ASCII without spaces, bounded, as headers and logs carry it.
 const ID = /^[\x21-\x7e]{1,128}$/;
 
+/** Whether a trace or request id is usable: 1 to 128 printable ASCII characters without spaces, as headers and logs carry it. */
+export function validId(value: unknown): value is string {
+  return typeof value === 'string' && ID.test(value);
+}
+
 function checkIds(ids: { traceId?: string; requestId?: string }): void {
-  for (const name of ['traceId', 'requestId'] as const) {
-    const value = ids[name];
-    if (value !== undefined && (typeof value !== 'string' || !ID.test(value)))
+  for (const name of ['traceId', 'requestId'] as const)
+    if (ids[name] !== undefined && !validId(ids[name]))
       throw new InvalidArgumentError(`${name} must be 1 to 128 printable characters without spaces`);
-  }
 }
 
 const DEFAULT_APPROVAL_TTL = '24h';

@@ -8,8 +8,12 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { context } from '@opentelemetry/api';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { context, propagation, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import {
   BasicTracerProvider,
   InMemorySpanExporter,
@@ -18,7 +22,8 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type AgentRuntime, createAgentRuntime, defineTool } from '../../src/agent/index.js';
+import { type AgentRuntime, createAgentRuntime, defineTool, type ToolEnvelope } from '../../src/agent/index.js';
+import { META_TRACE_ID, registerTools } from '../../src/agent/mcp.js';
 import { type MetricName, Metrics } from '../../src/core/metrics.js';
 import type { DecisionEvent } from '../../src/core/observer.js';
 import { openDb } from '../../src/db/index.js';
@@ -46,8 +51,10 @@ const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProces
 const contextManager = new AsyncLocalStorageContextManager();
 beforeAll(() => {
   context.setGlobalContextManager(contextManager.enable());
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
 });
 afterAll(() => {
+  propagation.disable();
   context.disable();
 });
 
@@ -272,6 +279,46 @@ function describeObserved(name: string, open: () => Promise<{ store: RecordStore
       expect(pending.flatMap(childrenOf)).toEqual([]);
       const unknown = toolSpans.find((s) => s.attributes['oncely.tool'] === '');
       expect(unknown?.status).toMatchObject({ code: 2, message: 'there is no tool named nope' });
+    });
+
+    it("MCP: _meta's trace id reaches the engine and comes back in the envelope; its traceparent continues the client's trace", async () => {
+      const server = new McpServer({ name: 'oncely-obs', version: '1.0.0' });
+      registerTools(server, tools(sent, failOnce), { runtime: agent, tenant: TENANT });
+      const client = new Client({ name: 'obs-client', version: '1.0.0' });
+      const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+      await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+      try {
+        exporter.reset();
+        const before = metrics.value('oncely_tool_calls_total', ['notice', 'sent']);
+        const caller = provider.getTracer('client').startSpan('client.turn');
+        const carrier: Record<string, string> = {};
+        propagation.inject(trace.setSpan(context.active(), caller), carrier);
+        const args = { taskId: 'T-M', to: 'u-9', body: 'm' };
+        const callTool = async (meta: Record<string, unknown>) =>
+          (await client.callTool({ name: 'notice', arguments: args, _meta: meta }))
+            .structuredContent as unknown as ToolEnvelope;
+        const first = await callTool({ ...carrier, [META_TRACE_ID]: 'trace-mcp-1' });
+        caller.end();
+        expect(first).toMatchObject({ deliveryState: 'sent', traceId: 'trace-mcp-1' });
+        const retry = await callTool({ [META_TRACE_ID]: 'trace-mcp-2' });
+        expect(retry).toMatchObject({ deliveryState: 'already_sent', traceId: 'trace-mcp-1' });
+        const bad = await callTool({ [META_TRACE_ID]: 'with space' });
+        expect(bad).toMatchObject({ deliveryState: 'failed', error: { code: 'INVALID_ARGUMENT' } });
+        expect(metrics.value('oncely_tool_calls_total', ['notice', 'sent'])).toBe(before + 1);
+
+        const spans = exporter.getFinishedSpans();
+        const toolSpans = spans.filter((s) => s.name === 'oncely.tool');
+        expect(toolSpans).toHaveLength(2);
+        const [continued, fresh] = toolSpans as [ReadableSpan, ReadableSpan];
+        expect(continued.parentSpanContext?.spanId).toBe(caller.spanContext().spanId);
+        expect(continued.spanContext().traceId).toBe(caller.spanContext().traceId);
+        expect(fresh.spanContext().traceId).not.toBe(caller.spanContext().traceId);
+        const execute = spans.find((s) => s.name === 'oncely.execute');
+        expect(execute?.parentSpanContext?.spanId).toBe(continued.spanContext().spanId);
+      } finally {
+        await client.close();
+        await server.close();
+      }
     });
   });
 }
