@@ -47,7 +47,8 @@ export class Credits {
   /**
    * Holds `credits` for `actionId`, or fails with BUDGET_EXCEEDED. A retry of the same action finds
    * its reservation (reserved or confirmed) and holds nothing more. Every step is a conditional
-   * write, so two processes racing on one action hold its credits once.
+   * write, so two processes racing on one action hold its credits once. `life` tells the record's
+   * lives apart (the engine's trace id); `tool` is the label it is counted under.
    */
   async reserve(
     account: string,
