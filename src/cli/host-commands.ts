@@ -30,7 +30,7 @@ const dbOption = [
   'SQLite file or postgres:// URL (default: the app config, else <dir>/.oncely/app.db)',
 ] as const;
 
-/** Adds `migrate`, `serve`, `sign` and `events dead list|replay` to the CLI. */
+/** Adds `migrate`, `serve`, `stats`, `sign` and `events dead list|replay` to the CLI. */
 export function addHostCommands(program: Command): void {
   withDir(program.command('migrate').description("apply oncely's tables and the app's schema.sql"))
     .argument('[dir]', 'app folder (default: .)')
@@ -82,6 +82,29 @@ export function addHostCommands(program: Command): void {
         }, 250);
         watch.unref();
       }
+    });
+
+  withDir(
+    program
+      .command('stats')
+      .description("an app database's totals and the four rates with their targets, over every process and restart"),
+  )
+    .argument('[dir]', 'app folder (default: .); not loaded when --db is given')
+    .option(...dbOption)
+    .option('--json', 'print the totals and rates as JSON')
+    .action(async (arg: string | undefined, options: HostOptions & { json?: boolean }) => {
+      const { readStats, statsOutput } = await import('./stats.js');
+      let stats: Awaited<ReturnType<typeof readStats>>;
+      if (options.db !== undefined) stats = await readStats(options.db);
+      else {
+        const app = await host(appDir(arg, options), options);
+        try {
+          stats = await app.stats();
+        } finally {
+          await app.stop();
+        }
+      }
+      console.log(statsOutput(stats, options.json));
     });
 
   withDir(program.command('sign').description('print a signed curl line that delivers one webhook to a source'))

@@ -17,6 +17,8 @@ export function serveBanner(index: RouteIndex, dir: string): string {
     '',
     `health:       GET ${index.health}`,
     `event stats:  GET ${index.eventStats}`,
+    `stats:        GET ${index.stats}  (totals and the four rates; npx oncely stats ${dir})`,
+    `metrics:      GET ${index.metrics}  (Prometheus)`,
     `dead letters: ${index.deadLetters}`,
     'stop with Ctrl-C or SIGTERM: in-flight work finishes first',
   );

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { ERRORS, OncelyError } from '../core/errors.js';
-import { Metrics, RATE_TARGETS, rates } from '../core/metrics.js';
+import { Metrics } from '../core/metrics.js';
 import { Observer } from '../core/observer.js';
 import { contextFromHeaders, withContext } from '../core/tracing.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
@@ -13,15 +13,17 @@ import type { HttpResponse } from '../http/response.js';
 import type { RecordStore } from '../store.js';
 import type { App } from './app.js';
 import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
+import { type BrokerStatus, hostBrokers } from './brokers.js';
 import { bindConsumer } from './consume.js';
 import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
-import { OutboxRelay } from './outbox.js';
+import { type OutboxMessage, OutboxRelay } from './outbox.js';
 import { outboxMigrations } from './outbox-sql.js';
 import { migrateRecords } from './records.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
-import { type TotalSeries, Totals } from './totals.js';
+import { type HostStats, hostStats, statsJson } from './stats.js';
+import { Totals } from './totals.js';
 import { readWebhook, validateSources } from './webhooks.js';
 
 /** A running app: its HTTP routes, event consumers and outbox relay on one database. */
@@ -37,6 +39,8 @@ export interface Host {
   stats(): Promise<HostStats>;
   readonly events: EventQueue;
   readonly relay: OutboxRelay;
+  /** Each broker source's and target's state (`GET /v1/brokers`). */
+  brokers(): BrokerStatus;
   /** The app's flows (from `flows/*.ts`), run by this host's worker; undefined without a flows folder. */
   readonly flows: Flows | undefined;
   /** What this app serves at `base` (handler routes with curl lines, webhook URLs and signing): `GET /` answers it. */
@@ -47,22 +51,6 @@ export interface Host {
   start(port: number): Promise<number>;
   /** Graceful stop: no new requests or claims, in-flight work finishes, connections close. */
   stop(): Promise<void>;
-}
-
-/** One of the four rates: NaN (null in JSON) until its denominator counted something. */
-export interface RateStat {
-  value: number;
-  /** The method's target, where it sets one. */
-  target: number | null;
-}
-
-/** What `GET /v1/stats` and `oncely stats` answer. */
-export interface HostStats {
-  rates: { duplicateInterception: RateStat; keyHit: RateStat; staleDrop: RateStat; compensationSuccess: RateStat };
-  /** What the rates are computed from. */
-  rateTotals: Record<string, number>;
-  /** Every counter's series summed over processes and restarts. */
-  totals: Record<string, TotalSeries[]>;
 }
 
 /** Options of a host beyond its app: the metrics to count into (default a fresh set for this host). */
@@ -102,34 +90,26 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     return consumer && bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows });
   };
   const events = new EventQueue(db, { consumerFor, ...app.config.events, logger, observer, totals });
-  // The default delivery target: the app's own consumers, with the outbox id as the event id.
-  const relay = new OutboxRelay(db, {
-    leaseMs: app.config.events?.leaseMs,
-    target: { deliver: async (m) => void (await events.intake('outbox', m.id, m.topic, m.payload)) },
-    totals,
-  });
+  // The app's own consumers, with the outbox id as the event id: every topic's target unless routed elsewhere.
+  const consumers = {
+    deliver: async (m: OutboxMessage) => void (await events.intake('outbox', m.id, m.topic, m.payload)),
+  };
+  const brokers = await hostBrokers(app.config, { db, events, consumers, logger });
+  const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals });
 
-  const invoker = new Invoker(app, { totals, once, schema: currentSchema, flows, afterCommit: () => relay.wake() });
+  const invoker = new Invoker(app, {
+    totals,
+    observer,
+    once,
+    schema: currentSchema,
+    flows,
+    afterCommit: () => relay.wake(),
+  });
 
   const stats = async (): Promise<HostStats> => {
     // This process's latest counts first: whichever process answers, the totals include its own.
     await totals.flush();
-    const summed = await totals.rateTotals();
-    const now = rates(summed);
-    const rate = (name: keyof typeof now): RateStat => ({
-      value: now[name],
-      target: (RATE_TARGETS as Partial<Record<string, number>>)[name] ?? null,
-    });
-    return {
-      rates: {
-        duplicateInterception: rate('duplicateInterception'),
-        keyHit: rate('keyHit'),
-        staleDrop: rate('staleDrop'),
-        compensationSuccess: rate('compensationSuccess'),
-      },
-      rateTotals: { ...summed },
-      totals: (await totals.read()) as Record<string, TotalSeries[]>,
-    };
+    return hostStats(totals);
   };
   let scrape: (() => Promise<{ type: string; text: string }>) | undefined;
   const exposition = async () => {
@@ -156,15 +136,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   http.get('/', (c) => c.json({ code: 0, data: routeIndex(app, new URL(c.req.url).origin) }));
   http.get('/v1/health', (c) => c.json({ code: 0, data: { ok: true } }));
   http.get('/v1/events/stats', async (c) => c.json({ code: 0, data: await events.stats() }));
+  http.get('/v1/brokers', (c) => c.json({ code: 0, data: brokers.status() }));
   // JSON has no NaN: a rate with nothing counted yet is null.
   http.get('/v1/stats', async (c) =>
-    c.body(
-      JSON.stringify({ code: 0, data: await stats() }, (_, v) => (Number.isNaN(v) ? null : v)),
-      200,
-      {
-        'content-type': 'application/json',
-      },
-    ),
+    c.body(statsJson({ code: 0, data: await stats() }), 200, { 'content-type': 'application/json' }),
   );
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
@@ -235,6 +210,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     stats,
     events,
     relay,
+    brokers: () => brokers.status(),
     flows,
     migrate,
     routes: (base, dir) => routeIndex(app, base, dir),
@@ -243,6 +219,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       events.start();
       relay.start();
       totals.start();
+      await brokers.start();
       await flows?.startWorker();
       return new Promise<number>((resolve, reject) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
@@ -263,6 +240,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       await events.stop();
       await relay.stop();
+      // After the relay (which delivers to the targets); the sources' batches in flight finish first.
+      await brokers.stop();
       await flows?.stop();
       // After everything that counts has stopped; a database already gone loses at most the last second.
       await totals.stop().catch(() => undefined);

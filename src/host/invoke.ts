@@ -15,6 +15,7 @@ import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
 import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
 import { logFailure } from './failure-log.js';
+import type { DecisionEvent, Observer } from '../core/observer.js';
 import type { AppSchema } from './schema.js';
 import type { Count, Totals } from './totals.js';
 
@@ -33,6 +34,8 @@ export function envelope(
 export interface InvokeDeps {
   /** Where the invocation's transaction counts (outbox messages enqueued). */
   totals: Totals;
+  /** Decisions the host makes before the engine (a duplicate of a key running now). */
+  observer: Observer;
   once: Oncely;
   schema: () => AppSchema;
   flows: Flows | undefined;
@@ -148,7 +151,7 @@ export class Invoker {
       return this.execute(handler, id, call, undefined);
     }
     const slot = JSON.stringify([tenant, id, key]);
-    if (this.running.has(slot)) return inProgress();
+    if (this.running.has(slot)) return this.refuseDuplicate(id, tenant, key, ids);
     this.running.add(slot);
     try {
       return await this.execute(handler, id, call, { key, slot });
@@ -190,7 +193,8 @@ export class Invoker {
     const headers = { 'x-request-id': ids.requestId, 'oncely-trace-id': ids.traceId };
     try {
       const response = await totals.transaction(async (tx, count) => {
-        if (tx.dialect === 'postgres' && !(await this.prepare(tx, handler.timeoutMs, claim?.slot))) return inProgress();
+        if (tx.dialect === 'postgres' && !(await this.prepare(tx, handler.timeoutMs, claim?.slot)))
+          return this.refuseDuplicate(id, tenant, claim?.key ?? '', ids);
         const start = await handler.gate.begin(
           { tenant },
           { method: 'POST', route: id, header: undefined, key: claim?.key, body: input, bodyBytes, headers },
@@ -236,6 +240,26 @@ export class Invoker {
       if (code === 'HANDLER_TIMEOUT') answer.headers['retry-after'] = '1';
       return answer;
     }
+  }
+
+  /**
+   * A duplicate of a key running now, refused before the engine sees it: counted as the engine
+   * counts its own in_progress refusals (a key hit, a duplicate intercepted), so the rates hold
+   * every duplicate of the host.
+   */
+  private refuseDuplicate(id: string, tenant: string, key: string, ids: Ids): HttpResponse {
+    const { totals, observer } = this.deps;
+    const action = `POST ${id}`;
+    totals.metrics.add('oncely_calls_total', ['handler', action, 'in_progress']);
+    totals.metrics.add('oncely_key_hits_total', ['handler', action]);
+    totals.metrics.add('oncely_duplicates_total', ['handler', action, 'true']);
+    if (observer.listening) {
+      const decision: DecisionEvent = { decision: 'in_progress', surface: 'handler', action, key, tenant };
+      decision.requestId = ids.requestId;
+      if (ids.traceId !== undefined) decision.traceId = ids.traceId;
+      observer.decide(decision);
+    }
+    return inProgress();
   }
 
   /**

@@ -23,6 +23,10 @@ export interface RouteIndex {
   webhooks: WebhookRoute[];
   health: string;
   eventStats: string;
+  /** The totals and the four rates with their targets, over every process of the database. */
+  stats: string;
+  /** This process's metrics in the Prometheus text format. */
+  metrics: string;
   /** The CLI commands that read and replay dead letters (they are not served over HTTP). */
   deadLetters: string;
 }
@@ -47,6 +51,8 @@ export function routeIndex(app: App, base: string, dir = app.dir): RouteIndex {
     webhooks,
     health: `${base}/v1/health`,
     eventStats: `${base}/v1/events/stats`,
+    stats: `${base}/v1/stats`,
+    metrics: `${base}/metrics`,
     deadLetters: `npx oncely events dead list ${dir}; npx oncely events dead replay --all --dir ${dir}`,
   };
 }

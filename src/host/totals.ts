@@ -98,8 +98,8 @@ export class Totals {
   }
 
   /** Every counter's total series (labels by name), as summed over shards and processes. */
-  async read(): Promise<Partial<Record<CounterName, TotalSeries[]>>> {
-    const totals: Partial<Record<CounterName, TotalSeries[]>> = {};
+  async read(): Promise<Record<string, TotalSeries[]>> {
+    const totals: Record<string, TotalSeries[]> = {};
     for (const { name, labels, value } of await this.rows()) {
       const names = METRICS[name].labels as readonly string[];
       const series = totals[name] ?? [];
