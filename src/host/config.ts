@@ -1,3 +1,4 @@
+import type { BrokerSourceConfig, BrokerTargetConfig } from '../brokers/config.js';
 import type { Duration } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { DecisionEvent, OncelyLogger } from '../core/observer.js';
@@ -37,6 +38,18 @@ export interface HostConfig {
   logger?: OncelyLogger;
   /** Gets every decision of the host's engine, event queue and outbox (executed ones included); its errors are swallowed. */
   onDecision?: (decision: DecisionEvent) => void;
+  /**
+   * Broker sources by the event source name their messages are stored under, beside the webhook
+   * `sources` (a name is one or the other): a message is acked once its event row is committed.
+   */
+  brokers?: Record<string, BrokerSourceConfig>;
+  /** Outbox targets on brokers, by the name `outbox` routes topics to. */
+  targets?: Record<string, BrokerTargetConfig>;
+  /**
+   * Where each outbox topic goes: names in `targets` and/or 'consumers' (the app's own consumers),
+   * e.g. `{ 'order.paid': ['consumers', 'nats'] }`. A topic not listed goes to 'consumers'.
+   */
+  outbox?: Record<string, readonly string[]>;
 }
 
 /**
