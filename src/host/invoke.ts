@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type AnyErrorCode, ERRORS, type ErrorCode, OncelyError } from '../core/errors.js';
 import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
+import type { DecisionEvent, Observer } from '../core/observer.js';
 import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely } from '../engine/engine.js';
@@ -15,7 +16,6 @@ import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
 import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
 import { logFailure } from './failure-log.js';
-import type { DecisionEvent, Observer } from '../core/observer.js';
 import type { AppSchema } from './schema.js';
 import type { Count, Totals } from './totals.js';
 
