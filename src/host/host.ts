@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { ERRORS, OncelyError } from '../core/errors.js';
-import { Metrics, RATE_TARGETS, rates } from '../core/metrics.js';
+import { Metrics } from '../core/metrics.js';
 import { Observer } from '../core/observer.js';
 import { contextFromHeaders, withContext } from '../core/tracing.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
@@ -22,7 +22,8 @@ import { outboxMigrations } from './outbox-sql.js';
 import { migrateRecords } from './records.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
-import { type TotalSeries, Totals } from './totals.js';
+import { type HostStats, hostStats, statsJson } from './stats.js';
+import { Totals } from './totals.js';
 import { readWebhook, validateSources } from './webhooks.js';
 
 /** A running app: its HTTP routes, event consumers and outbox relay on one database. */
@@ -50,22 +51,6 @@ export interface Host {
   start(port: number): Promise<number>;
   /** Graceful stop: no new requests or claims, in-flight work finishes, connections close. */
   stop(): Promise<void>;
-}
-
-/** One of the four rates: NaN (null in JSON) until its denominator counted something. */
-export interface RateStat {
-  value: number;
-  /** The method's target, where it sets one. */
-  target: number | null;
-}
-
-/** What `GET /v1/stats` and `oncely stats` answer. */
-export interface HostStats {
-  rates: { duplicateInterception: RateStat; keyHit: RateStat; staleDrop: RateStat; compensationSuccess: RateStat };
-  /** What the rates are computed from. */
-  rateTotals: Record<string, number>;
-  /** Every counter's series summed over processes and restarts. */
-  totals: Record<string, TotalSeries[]>;
 }
 
 /** Options of a host beyond its app: the metrics to count into (default a fresh set for this host). */
@@ -112,27 +97,19 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const brokers = await hostBrokers(app.config, { db, events, consumers, logger });
   const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals });
 
-  const invoker = new Invoker(app, { totals, once, schema: currentSchema, flows, afterCommit: () => relay.wake() });
+  const invoker = new Invoker(app, {
+    totals,
+    observer,
+    once,
+    schema: currentSchema,
+    flows,
+    afterCommit: () => relay.wake(),
+  });
 
   const stats = async (): Promise<HostStats> => {
     // This process's latest counts first: whichever process answers, the totals include its own.
     await totals.flush();
-    const summed = await totals.rateTotals();
-    const now = rates(summed);
-    const rate = (name: keyof typeof now): RateStat => ({
-      value: now[name],
-      target: (RATE_TARGETS as Partial<Record<string, number>>)[name] ?? null,
-    });
-    return {
-      rates: {
-        duplicateInterception: rate('duplicateInterception'),
-        keyHit: rate('keyHit'),
-        staleDrop: rate('staleDrop'),
-        compensationSuccess: rate('compensationSuccess'),
-      },
-      rateTotals: { ...summed },
-      totals: (await totals.read()) as Record<string, TotalSeries[]>,
-    };
+    return hostStats(totals);
   };
   let scrape: (() => Promise<{ type: string; text: string }>) | undefined;
   const exposition = async () => {
@@ -162,13 +139,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   http.get('/v1/brokers', (c) => c.json({ code: 0, data: brokers.status() }));
   // JSON has no NaN: a rate with nothing counted yet is null.
   http.get('/v1/stats', async (c) =>
-    c.body(
-      JSON.stringify({ code: 0, data: await stats() }, (_, v) => (Number.isNaN(v) ? null : v)),
-      200,
-      {
-        'content-type': 'application/json',
-      },
-    ),
+    c.body(statsJson({ code: 0, data: await stats() }), 200, { 'content-type': 'application/json' }),
   );
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
