@@ -51,7 +51,8 @@ export const ERRORS = {
   BODY_INVALID: { status: 400, meaning: 'the request body is not JSON, or not the JSON object a webhook must be' },
   TRACE_ID_INVALID: {
     status: 400,
-    meaning: 'an `Oncely-Trace-Id` or `X-Request-Id` header sent twice, empty, over 128 characters, or not printable ASCII',
+    meaning:
+      'a `traceId` or `requestId` given to `run`, or an `Oncely-Trace-Id` or `X-Request-Id` header sent twice, that is empty, over 128 characters, or not printable ASCII',
   },
   // The host
   HANDLER_UNKNOWN: { status: 404, meaning: 'no handler of that name' },

@@ -1,4 +1,4 @@
-import { InvalidArgumentError, KeyInvalidError, KeyRequiredError } from './errors.js';
+import { InvalidArgumentError, KeyInvalidError, KeyRequiredError, OncelyError } from './errors.js';
 
 /** Longest key accepted, in characters (code points), as the IETF Idempotency-Key draft suggests. */
 export const MAX_KEY_LENGTH = 255;
@@ -71,4 +71,23 @@ export function validateName(value: unknown, what: 'action' | 'tenant'): string 
   if ((value.length > MAX_NAME_LENGTH && [...value].length > MAX_NAME_LENGTH) || NOT_PRINTABLE.test(value))
     throw new InvalidArgumentError(`${what} must be at most ${MAX_NAME_LENGTH} printable characters`);
   return value;
+}
+
+/** Longest trace or request id accepted: ids are logged, stored and echoed, so they are bounded. */
+export const MAX_ID_LENGTH = 128;
+// Printable ASCII without spaces: safe in a header, a log line and a span attribute as it is.
+const ID = /^[\x21-\x7e]+$/;
+
+/**
+ * Checks a trace or request id a caller gives (`run({ traceId })`, the Oncely-Trace-Id and
+ * X-Request-Id headers): 1 to MAX_ID_LENGTH printable ASCII characters without spaces, else
+ * TRACE_ID_INVALID.
+ */
+export function validateId(id: unknown, name: string): string {
+  if (typeof id !== 'string' || id.length > MAX_ID_LENGTH || !ID.test(id))
+    throw new OncelyError(
+      'TRACE_ID_INVALID',
+      `${name} must be 1 to ${MAX_ID_LENGTH} printable ASCII characters without spaces`,
+    );
+  return id;
 }

@@ -11,7 +11,7 @@ import {
   StoreUnavailableError,
 } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
-import { type KeyPart, keyFrom, validateKey, validateName } from '../core/key.js';
+import { type KeyPart, keyFrom, validateId, validateKey, validateName } from '../core/key.js';
 import type { CallOutcome, Surface } from '../core/metrics.js';
 import { type ObserveOptions, Observer } from '../core/observer.js';
 import {
@@ -300,6 +300,8 @@ export class Oncely {
     // A bad key, name or input is refused before anything is counted: it is not a call of the action.
     const id = this.recordId(request.action, request.key, request.tenant);
     const print = fingerprint(request.input);
+    if (request.traceId !== undefined) validateId(request.traceId, 'traceId');
+    if (request.requestId !== undefined) validateId(request.requestId, 'requestId');
     const observer = this.observer;
     const track = new Track(request, id.tenant);
     const tracer = observer.activeTracer;

@@ -1,5 +1,5 @@
 import { KeyInvalidError, KeyRequiredError, OncelyError } from '../core/errors.js';
-import { validateKey } from '../core/key.js';
+import { validateId, validateKey } from '../core/key.js';
 
 /** The request header of draft-ietf-httpapi-idempotency-key-header. */
 export const HEADER = 'Idempotency-Key';
@@ -38,14 +38,9 @@ export const TRACE_HEADER = 'Oncely-Trace-Id';
 /** The request header carrying this attempt's own id. */
 export const REQUEST_ID_HEADER = 'X-Request-Id';
 
-/** Longest trace or request id accepted: ids are logged, stored and echoed, so they are bounded. */
-export const MAX_ID_LENGTH = 128;
-// Printable ASCII without spaces: safe in a header, a log line and a span attribute as it is.
-const ID = /^[\x21-\x7e]+$/;
-
 /**
  * Reads an id header (Oncely-Trace-Id, X-Request-Id): undefined when absent; TRACE_ID_INVALID when
- * sent twice, empty, over MAX_ID_LENGTH characters or not printable ASCII.
+ * sent twice, or not what `validateId` accepts.
  */
 export function readIdHeader(value: string | string[] | undefined, name: string): string | undefined {
   if (value === undefined) return undefined;
@@ -53,11 +48,5 @@ export function readIdHeader(value: string | string[] | undefined, name: string)
     if (value.length !== 1) throw new OncelyError('TRACE_ID_INVALID', `${name} must be sent once`);
     return readIdHeader(value[0], name);
   }
-  const id = value.trim();
-  if (id.length > MAX_ID_LENGTH || !ID.test(id))
-    throw new OncelyError(
-      'TRACE_ID_INVALID',
-      `${name} must be 1 to ${MAX_ID_LENGTH} printable ASCII characters without spaces`,
-    );
-  return id;
+  return validateId(value.trim(), name);
 }
