@@ -5,7 +5,7 @@ import { fingerprint } from '../core/fingerprint.js';
 import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import { type ObserveOptions, Observer } from '../core/observer.js';
-import { endSpan, startSpan, withSpan } from '../core/tracing.js';
+import { endSpan, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
 import type { Oncely } from '../engine/engine.js';
 import {
@@ -413,7 +413,8 @@ export class AgentRuntime {
 
 /** Creates the tables it needs and returns the runtime. */
 export async function createAgentRuntime(options: AgentRuntimeOptions): Promise<AgentRuntime> {
-  await migrateAgentTables(options.db);
+  // Spans start from the first call: the optional OpenTelemetry API has been looked for by then.
+  await Promise.all([migrateAgentTables(options.db), tracingReady()]);
   return new AgentRuntime(options);
 }
 

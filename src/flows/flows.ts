@@ -4,7 +4,7 @@ import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { keyFrom, validateKey } from '../core/key.js';
 import { type ObserveOptions, Observer } from '../core/observer.js';
-import { endSpan, startSpan, withSpan } from '../core/tracing.js';
+import { endSpan, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
@@ -403,6 +403,7 @@ export class Flows {
 /** Creates the tables and the flows API; call `startWorker()` in processes that run flows. */
 export async function createFlows(options: FlowsOptions): Promise<Flows> {
   if (!options?.db) throw new InvalidArgumentError('createFlows needs { db }');
-  await migrateFlowTables(options.db);
+  // Spans start from the first run: the optional OpenTelemetry API has been looked for by then.
+  await Promise.all([migrateFlowTables(options.db), tracingReady()]);
   return new Flows(options);
 }
