@@ -1,0 +1,218 @@
+/**
+ * The host's totals across processes and restarts: two `oncely serve` processes on one PostgreSQL
+ * answer the same `GET /v1/stats`, a third started after both stopped answers it too, and
+ * `oncely stats --db` prints it; databases made before the totals keep their event counts.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { Metrics } from '../../src/core/metrics.js';
+import { openDb } from '../../src/db/index.js';
+import { migrate } from '../../src/db/migrate.js';
+import { eventMigrations } from '../../src/host/event-sql.js';
+import { EventQueue } from '../../src/host/events.js';
+import type { HostStats } from '../../src/host/stats.js';
+import { Totals } from '../../src/host/totals.js';
+import { hostTargets } from '../support/host-app.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+
+const run = promisify(execFile);
+// The CLI from its sources: the same command a user runs, without a build.
+const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function appDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'oncely-totals-'));
+  const files: Record<string, string> = {
+    'package.json': '{ "type": "module" }\n',
+    'oncely.config.ts': 'export default {};\n',
+    'handlers/things/make.ts': `export async function handle(input: { id: string }) { return { id: input.id }; }\n`,
+  };
+  for (const [name, text] of Object.entries(files)) {
+    mkdirSync(join(dir, name, '..'), { recursive: true });
+    writeFileSync(join(dir, name), text);
+  }
+  return dir;
+}
+
+/** An `oncely serve` child process and its base URL. */
+async function serve(dir: string, db: string): Promise<{ child: ChildProcess; base: string }> {
+  const child = spawn(process.execPath, [...CLI, 'serve', dir, '--db', db, '--port', '0']);
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (c) => {
+    stdout += c;
+  });
+  child.stderr?.on('data', (c) => {
+    stderr += c;
+  });
+  for (let i = 0; i < 300 && !/stop with Ctrl-C/.test(stdout); i++) await sleep(100);
+  const base = stdout.match(/on (http:\/\/localhost:\d+)/)?.[1];
+  if (!base) throw new Error(`oncely serve did not start: ${stdout} ${stderr}`);
+  return { child, base };
+}
+
+const stop = (child: ChildProcess) =>
+  new Promise<number | null>((resolve) => {
+    child.once('exit', (code) => resolve(code));
+    child.kill('SIGTERM');
+  });
+
+const invoke = async (base: string, key: string, id: string) =>
+  (
+    await fetch(`${base}/v1/invoke/things.make`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify({ id }),
+    })
+  ).status;
+
+const statsOf = async (base: string): Promise<HostStats> =>
+  ((await (await fetch(`${base}/v1/stats`)).json()) as { data: HostStats }).data;
+
+const ACTION = 'POST things.make';
+
+describe('totals of two oncely serve processes on one PostgreSQL', () => {
+  const schema = freshSchema();
+  const db = `${POSTGRES_URL}?schema=${schema}`;
+  const children: ChildProcess[] = [];
+  afterAll(async () => {
+    for (const child of children) if (child.exitCode === null) await stop(child);
+    await dropSchema(schema);
+  });
+
+  it('answers the same totals from either process, after both stop, and in oncely stats', async () => {
+    const dir = appDir();
+    const a = await serve(dir, db);
+    children.push(a.child);
+    const b = await serve(dir, db);
+    children.push(b.child);
+    // k1 runs on A and replays on B; k2 runs on B, is replayed on A and reused on A.
+    expect(await invoke(a.base, 'k1', 'one')).toBe(200);
+    expect(await invoke(b.base, 'k1', 'one')).toBe(200);
+    expect(await invoke(b.base, 'k2', 'two')).toBe(200);
+    expect(await invoke(a.base, 'k2', 'two')).toBe(200);
+    expect(await invoke(a.base, 'k2', 'other')).toBe(422);
+    // Each answer flushes its own process first: after one round both processes' counts are in.
+    await statsOf(a.base);
+    await statsOf(b.base);
+    const fromA = await statsOf(a.base);
+    const fromB = await statsOf(b.base);
+    expect(fromB).toEqual(fromA);
+    expect(fromA.totals.oncely_calls_total).toEqual(
+      ['executed', 'key_reused', 'replayed'].map((outcome) => ({
+        labels: { surface: 'handler', action: ACTION, outcome },
+        value: { executed: 2, key_reused: 1, replayed: 2 }[outcome],
+      })),
+    );
+    expect(fromA.rateTotals).toMatchObject({ calls: 5, keyHits: 3, duplicates: 2, duplicatesIntercepted: 2 });
+    expect(fromA.rates.keyHit.value).toBe(3 / 5);
+    expect(fromA.rates.duplicateInterception).toEqual({ value: 1, target: 0.999 });
+
+    // A count of A's after its last answer is flushed at its stop.
+    expect(await invoke(a.base, 'k1', 'one')).toBe(200);
+    expect(await stop(a.child)).toBe(0);
+    expect(await stop(b.child)).toBe(0);
+    const c = await serve(dir, db);
+    children.push(c.child);
+    const afterRestart = await statsOf(c.base);
+    expect(afterRestart.rateTotals).toEqual({
+      ...fromA.rateTotals,
+      calls: 6,
+      keyHits: 4,
+      duplicates: 3,
+      duplicatesIntercepted: 3,
+    });
+    expect(await stop(c.child)).toBe(0);
+
+    const { stdout } = await run(process.execPath, [...CLI, 'stats', '--db', db, '--json']);
+    expect(JSON.parse(stdout)).toEqual(JSON.parse(JSON.stringify(afterRestart)));
+    const text = (await run(process.execPath, [...CLI, 'stats', '--db', db])).stdout;
+    expect(text).toContain('duplicate interception   100%      3 / 3             >= 99.90%');
+    expect(text).toContain('key hit                  66.67%    4 / 6             -');
+    expect(text).toContain('compensation success     n/a       0 / 0             >= 100%');
+    expect(text).toContain(`oncely_calls_total{surface="handler",action="${ACTION}",outcome="replayed"} 3`);
+  }, 120_000);
+});
+
+describe('oncely stats', () => {
+  it('refuses a database path that does not exist, and one without totals', async () => {
+    const missing = join(mkdtempSync(join(tmpdir(), 'oncely-stats-')), 'nope.db');
+    await expect(run(process.execPath, [...CLI, 'stats', '--db', missing])).rejects.toMatchObject({
+      stderr: expect.stringContaining(`oncely: no database at ${missing}`),
+    });
+    const empty = join(mkdtempSync(join(tmpdir(), 'oncely-stats-')), 'empty.db');
+    await (await openDb(empty)).close();
+    await expect(run(process.execPath, [...CLI, 'stats', '--db', empty])).rejects.toMatchObject({
+      stderr: expect.stringContaining('no oncely totals in'),
+    });
+  });
+});
+
+for (const { name, target, cleanup } of hostTargets())
+  describe(`totals on ${name}`, () => {
+    afterAll(cleanup);
+    const opened: { close(): Promise<void> }[] = [];
+    afterEach(async () => {
+      for (const db of opened.splice(0)) await db.close();
+    });
+
+    it('moves the event counters of a database made before the totals into them', async () => {
+      const db = await openDb(target());
+      opened.push(db);
+      // The events tables as version 3 left them, with counts in their sharded counter rows.
+      await migrate(db, { component: 'events', steps: eventMigrations.steps.slice(0, 3) });
+      await db.run(
+        `INSERT INTO oncely_event_counters (outcome, shard, count) VALUES ('accepted', 0, 5), ('accepted', 3, 2), ('stale', 1, 1)`,
+      );
+      const queue = new EventQueue(db, { consumerFor: () => undefined });
+      await queue.migrate();
+      expect(await queue.stats()).toMatchObject({ accepted: 7, stale: 1, applied: 0 });
+      const totals = new Totals(db, new Metrics());
+      expect(await totals.read()).toEqual({
+        oncely_events_total: [
+          { labels: { source: '', type: '', outcome: 'accepted' }, value: 7 },
+          { labels: { source: '', type: '', outcome: 'stale' }, value: 1 },
+        ],
+      });
+      // New counts go on from there, with their source and type.
+      expect(await queue.intake('shop', 'e1', 'order.paid', {})).toBe('accepted');
+      expect((await queue.stats()).accepted).toBe(8);
+      expect(
+        await db.all("SELECT 1 FROM oncely_component_migrations WHERE component = 'events' AND version = 4"),
+      ).toHaveLength(1);
+    });
+
+    it('flushes counts without a transaction once: what a transaction wrote is not written again', async () => {
+      const db = await openDb(target());
+      opened.push(db);
+      await new EventQueue(db, { consumerFor: () => undefined }).migrate();
+      const metrics = new Metrics();
+      const totals = new Totals(db, metrics);
+      await totals.transaction(async (_tx, count) => count('oncely_outbox_total', ['t', 'delivered'], 2));
+      metrics.add('oncely_calls_total', ['engine', 'pay', 'replayed'], 3);
+      await totals.flush();
+      await totals.flush();
+      metrics.add('oncely_calls_total', ['engine', 'pay', 'replayed']);
+      await totals.stop();
+      expect(metrics.value('oncely_outbox_total', ['t', 'delivered'])).toBe(2);
+      // (On PostgreSQL the schema is shared with the test before: only these two counters are this test's.)
+      const { oncely_calls_total, oncely_outbox_total } = await totals.read();
+      expect({ oncely_calls_total, oncely_outbox_total }).toEqual({
+        oncely_calls_total: [{ labels: { surface: 'engine', action: 'pay', outcome: 'replayed' }, value: 4 }],
+        oncely_outbox_total: [{ labels: { topic: 't', outcome: 'delivered' }, value: 2 }],
+      });
+      // A rolled-back transaction counts nowhere.
+      await expect(
+        totals.transaction(async (_tx, count) => {
+          await count('oncely_outbox_total', ['t', 'retried']);
+          throw new Error('rolled back');
+        }),
+      ).rejects.toThrow('rolled back');
+      expect(metrics.value('oncely_outbox_total', ['t', 'retried'])).toBe(0);
+      expect((await totals.read()).oncely_outbox_total).toHaveLength(1);
+    });
+  });
