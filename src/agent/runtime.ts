@@ -292,10 +292,10 @@ export class AgentRuntime {
   ): Promise<ToolEnvelope> {
     const requestId = givenRequestId ?? randomUUID();
     const track: Tracked = { tool: '' };
-    const span = startSpan(this.observer.activeTracer, 'oncely.tool', {
-      'oncely.operation': operation,
-      'oncely.request_id': requestId,
-    });
+    const tracer = this.observer.activeTracer;
+    const span = tracer
+      ? startSpan(tracer, 'oncely.tool', { 'oncely.operation': operation, 'oncely.request_id': requestId })
+      : undefined;
     let answer: ToolEnvelope;
     try {
       answer = await withSpan(span, () => run(track, requestId));
@@ -305,15 +305,16 @@ export class AgentRuntime {
       throw error;
     }
     this.observer.metrics.add('oncely_tool_calls_total', [track.tool, answer.deliveryState]);
-    endSpan(
-      span,
-      {
-        'oncely.tool': track.tool,
-        'oncely.state': answer.deliveryState,
-        ...(answer.traceId ? { 'oncely.trace_id': answer.traceId } : {}),
-      },
-      answer.deliveryState === 'failed' ? answer.error : undefined,
-    );
+    if (span)
+      endSpan(
+        span,
+        {
+          'oncely.tool': track.tool,
+          'oncely.state': answer.deliveryState,
+          ...(answer.traceId ? { 'oncely.trace_id': answer.traceId } : {}),
+        },
+        answer.deliveryState === 'failed' ? answer.error : undefined,
+      );
     return answer;
   }
 

@@ -326,12 +326,15 @@ export class Flows {
 
   /** Runs a claimed flow in its span (`oncely.flow`), its steps' spans as children. */
   private async runFlow(flow: AnyFlow, claim: Claim<ClaimedFlow>): Promise<void> {
-    const span = startSpan(this.observer.activeTracer, 'oncely.flow', {
-      'oncely.flow': flow.name,
-      'oncely.workflow_id': claim.row.workflow_id,
-      'oncely.attempt': claim.attempts,
-      'oncely.fence': claim.fence,
-    });
+    const tracer = this.observer.activeTracer;
+    const span = tracer
+      ? startSpan(tracer, 'oncely.flow', {
+          'oncely.flow': flow.name,
+          'oncely.workflow_id': claim.row.workflow_id,
+          'oncely.attempt': claim.attempts,
+          'oncely.fence': claim.fence,
+        })
+      : undefined;
     try {
       const recorded = await withSpan(span, () => this.execute(flow, claim));
       endSpan(span, { 'oncely.outcome': recorded });

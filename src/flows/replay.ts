@@ -115,27 +115,30 @@ export async function executeFlow(
     const index = stepIndex++;
     // Stored by an earlier execution: answered from its memo, a failure too, and counted as memoized.
     const earlier = stored.has(stepId);
-    const span = startSpan(tracer, 'oncely.step', {
-      'oncely.flow': flow.name,
-      'oncely.workflow_id': workflowId,
-      'oncely.step': stepId,
-      'oncely.step_index': index,
-      'oncely.compensation': kind === 'compensation',
-    });
+    const span = tracer
+      ? startSpan(tracer, 'oncely.step', {
+          'oncely.flow': flow.name,
+          'oncely.workflow_id': workflowId,
+          'oncely.step': stepId,
+          'oncely.step_index': index,
+          'oncely.compensation': kind === 'compensation',
+        })
+      : undefined;
     try {
       const done = await withSpan(span, () => attemptStep(kind, stepId, fn, options));
       if (kind === 'step') metrics.add('oncely_flow_steps_total', [flow.name, done.memoized ? 'memoized' : 'executed']);
-      endSpan(span, {
-        'oncely.outcome': done.memoized ? 'memoized' : 'executed',
-        'oncely.memoized': done.memoized,
-        'oncely.attempt': done.attempts,
-      });
+      if (span)
+        endSpan(span, {
+          'oncely.outcome': done.memoized ? 'memoized' : 'executed',
+          'oncely.memoized': done.memoized,
+          'oncely.attempt': done.attempts,
+        });
       return done;
     } catch (error) {
       const failed = error instanceof StepFailed;
       const outcome = !failed ? 'suspended' : earlier ? 'memoized' : 'failed';
       if (failed && kind === 'step') metrics.add('oncely_flow_steps_total', [flow.name, outcome]);
-      endSpan(span, { 'oncely.outcome': outcome, 'oncely.memoized': earlier }, failed ? error : undefined);
+      if (span) endSpan(span, { 'oncely.outcome': outcome, 'oncely.memoized': earlier }, failed ? error : undefined);
       throw error;
     }
   };
