@@ -90,7 +90,11 @@ export function handle() { throw Object.assign(new Error('thing T-1 is taken'), 
     const boom = await post('/v1/invoke/things.boom', {}, { 'idempotency-key': 'b-1' });
     expect(boom).toEqual({
       status: 500,
-      body: { code: 500, error: { code: 'HANDLER_FAILED', message: expect.stringMatching(/server log/) } },
+      body: {
+        code: 500,
+        error: { code: 'HANDLER_FAILED', message: expect.stringMatching(/server log/) },
+        requestId: expect.any(String),
+      },
     });
     expect(JSON.stringify(boom.body)).not.toContain('secret_internals');
     const taken = await post('/v1/invoke/things.taken', { id: 'T-1' });
