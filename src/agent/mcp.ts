@@ -8,9 +8,11 @@ import type {
   ToolAnnotations,
 } from '@modelcontextprotocol/sdk/types.js';
 import * as z from 'zod/v4';
+import type { AnyErrorCode } from '../core/errors.js';
+import { validateId } from '../core/key.js';
 import { contextFromHeaders, withContext } from '../core/tracing.js';
 import type { ToolEnvelope } from './envelope.js';
-import { type AgentRuntime, validId } from './runtime.js';
+import type { AgentRuntime } from './runtime.js';
 import { type AnyTool, isDestructive } from './tool.js';
 
 /** What an MCP tool handler gets besides its arguments: the request's `_meta`, auth info, session... */
@@ -89,11 +91,8 @@ export function registerTools(
       async (args, extra) => {
         const key = clientKey(extra._meta);
         if ('error' in key) return toResult(key.error);
-        const traceId = extra._meta?.[META_TRACE_ID];
-        if (traceId !== undefined && !validId(traceId))
-          return toResult(
-            refused('INVALID_ARGUMENT', `_meta ${META_TRACE_ID} must be 1 to 128 printable characters without spaces`),
-          );
+        const traceId = metaTraceId(extra._meta);
+        if (typeof traceId === 'object') return toResult(traceId.error);
         const tenant = typeof options.tenant === 'function' ? options.tenant(extra) : options.tenant;
         const envelope = await withContext(contextFromHeaders(traceCarrier(extra)), () =>
           runtime.call(tool.name, args, { key: key.value, tenant, ...(traceId !== undefined ? { traceId } : {}) }),
@@ -136,6 +135,17 @@ function clientKey(meta: Record<string, unknown> | undefined): { value: string |
   return { value: first };
 }
 
+/** The client's trace id from `_meta`, if any; a malformed one is refused as the engine would. */
+function metaTraceId(meta: Record<string, unknown> | undefined): string | undefined | { error: ToolEnvelope } {
+  const value = meta?.[META_TRACE_ID];
+  if (value === undefined) return undefined;
+  try {
+    return validateId(value, `_meta ${META_TRACE_ID}`);
+  } catch (error) {
+    return { error: refused('TRACE_ID_INVALID', (error as Error).message) };
+  }
+}
+
 /** The caller's W3C trace context: from `_meta` when it carries one, else from the HTTP request's headers. */
 function traceCarrier(extra: McpRequestExtra): Record<string, string | string[] | undefined> {
   const meta = extra._meta;
@@ -153,7 +163,7 @@ function keyInvalid(message: string): ToolEnvelope {
 }
 
 /** An envelope for a call refused before the runtime saw it. */
-function refused(code: 'KEY_INVALID' | 'INVALID_ARGUMENT', message: string): ToolEnvelope {
+function refused(code: AnyErrorCode, message: string): ToolEnvelope {
   return {
     success: false,
     data: null,

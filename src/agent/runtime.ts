@@ -3,7 +3,7 @@ import { type Duration, toMs } from '../core/duration.js';
 import { type AnyErrorCode, InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { stableUuid } from '../core/ids.js';
-import { keyFrom, validateKey } from '../core/key.js';
+import { keyFrom, validateId, validateKey } from '../core/key.js';
 import { type ObserveOptions, Observer } from '../core/observer.js';
 import { endSpan, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
@@ -65,17 +65,10 @@ interface Tracked {
   tool: string;
 }
 
-const ID = /^[\x21-\x7e]{1,128}$/;
-
-/** Whether a trace or request id is usable: 1 to 128 printable ASCII characters without spaces, as headers and logs carry it. */
-export function validId(value: unknown): value is string {
-  return typeof value === 'string' && ID.test(value);
-}
-
+/** Checks the ids a caller gives as the engine does, before anything is written (TRACE_ID_INVALID). */
 function checkIds(ids: { traceId?: string; requestId?: string }): void {
-  for (const name of ['traceId', 'requestId'] as const)
-    if (ids[name] !== undefined && !validId(ids[name]))
-      throw new InvalidArgumentError(`${name} must be 1 to 128 printable characters without spaces`);
+  if (ids.traceId !== undefined) validateId(ids.traceId, 'traceId');
+  if (ids.requestId !== undefined) validateId(ids.requestId, 'requestId');
 }
 
 const DEFAULT_APPROVAL_TTL = '24h';
@@ -108,7 +101,7 @@ export class AgentRuntime {
 
   /**
    * Calls a tool; always answers with an envelope, never throws for the model's mistakes (a bad
-   * `traceId` or `requestId` is the caller's: INVALID_ARGUMENT).
+   * `traceId` or `requestId` is the caller's: TRACE_ID_INVALID).
    */
   async call(name: string, raw: unknown, options: CallOptions = {}): Promise<ToolEnvelope> {
     checkIds(options);

@@ -185,7 +185,7 @@ function describeObserved(name: string, open: () => Promise<{ store: RecordStore
       expect(await agent.credits.sweep()).toBe(1);
       expect((await agent.call('nope', {})).error?.code).toBe('TOOL_UNKNOWN');
       await expect(agent.call('notice', A, { traceId: 'has space' })).rejects.toMatchObject({
-        code: 'INVALID_ARGUMENT',
+        code: 'TRACE_ID_INVALID',
       });
       expect(sent).toEqual(['notice T-A', 'notice T-B', 'flaky T-F', 'approved T-X']);
 
@@ -303,7 +303,7 @@ function describeObserved(name: string, open: () => Promise<{ store: RecordStore
         const retry = await callTool({ [META_TRACE_ID]: 'trace-mcp-2' });
         expect(retry).toMatchObject({ deliveryState: 'already_sent', traceId: 'trace-mcp-1' });
         const bad = await callTool({ [META_TRACE_ID]: 'with space' });
-        expect(bad).toMatchObject({ deliveryState: 'failed', error: { code: 'INVALID_ARGUMENT' } });
+        expect(bad).toMatchObject({ deliveryState: 'failed', error: { code: 'TRACE_ID_INVALID' } });
         expect(metrics.value('oncely_tool_calls_total', ['notice', 'sent'])).toBe(before + 1);
 
         const spans = exporter.getFinishedSpans();
