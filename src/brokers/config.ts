@@ -6,6 +6,8 @@
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import type { NatsSourceOptions, NatsTargetOptions } from './nats.js';
+import type { RabbitSourceOptions, RabbitTargetOptions } from './rabbitmq.js';
+import type { RedisStreamsSourceOptions, RedisStreamsTargetOptions } from './redis-streams.js';
 import type { BrokerSource, BrokerTarget } from './types.js';
 
 /** A JetStream durable consumer as a source (see `natsSource`). */
@@ -13,16 +15,36 @@ export interface NatsSourceConfig extends Omit<NatsSourceOptions, 'name' | 'logg
   kind: 'nats';
 }
 
+/** A RabbitMQ queue as a source (see `rabbitmqSource`). */
+export interface RabbitSourceConfig extends Omit<RabbitSourceOptions, 'name' | 'logger'> {
+  kind: 'rabbitmq';
+}
+
+/** A Redis Streams consumer group as a source (see `redisStreamsSource`). */
+export interface RedisStreamsSourceConfig extends Omit<RedisStreamsSourceOptions, 'name' | 'logger'> {
+  kind: 'redis-streams';
+}
+
 /** A broker source in `oncely.config.ts`; its name (the key in `brokers`) is the event source name. */
-export type BrokerSourceConfig = NatsSourceConfig;
+export type BrokerSourceConfig = NatsSourceConfig | RabbitSourceConfig | RedisStreamsSourceConfig;
 
 /** A JetStream stream as an outbox target (see `natsTarget`). */
 export interface NatsTargetConfig extends Omit<NatsTargetOptions, 'logger'> {
   kind: 'nats';
 }
 
+/** A RabbitMQ exchange as an outbox target (see `rabbitmqTarget`). */
+export interface RabbitTargetConfig extends Omit<RabbitTargetOptions, 'logger'> {
+  kind: 'rabbitmq';
+}
+
+/** A Redis stream as an outbox target (see `redisStreamsTarget`). */
+export interface RedisStreamsTargetConfig extends Omit<RedisStreamsTargetOptions, 'logger'> {
+  kind: 'redis-streams';
+}
+
 /** A broker outbox target in `oncely.config.ts`, named by the key in `targets`. */
-export type BrokerTargetConfig = NatsTargetConfig;
+export type BrokerTargetConfig = NatsTargetConfig | RabbitTargetConfig | RedisStreamsTargetConfig;
 
 /** Builds the source `name` of a config; loads only the module of its kind. */
 export async function createSource(
@@ -34,6 +56,14 @@ export async function createSource(
     case 'nats': {
       const { natsSource } = await import('./nats.js');
       return natsSource({ ...config, name, logger });
+    }
+    case 'rabbitmq': {
+      const { rabbitmqSource } = await import('./rabbitmq.js');
+      return rabbitmqSource({ ...config, name, logger });
+    }
+    case 'redis-streams': {
+      const { redisStreamsSource } = await import('./redis-streams.js');
+      return redisStreamsSource({ ...config, name, logger });
     }
     default:
       throw new OncelyError(
@@ -53,6 +83,14 @@ export async function createTarget(
     case 'nats': {
       const { natsTarget } = await import('./nats.js');
       return natsTarget({ ...config, logger });
+    }
+    case 'rabbitmq': {
+      const { rabbitmqTarget } = await import('./rabbitmq.js');
+      return rabbitmqTarget({ ...config, logger });
+    }
+    case 'redis-streams': {
+      const { redisStreamsTarget } = await import('./redis-streams.js');
+      return redisStreamsTarget({ ...config, logger });
     }
     default:
       throw new OncelyError(

@@ -6,6 +6,10 @@ export {
   createTarget,
   type NatsSourceConfig,
   type NatsTargetConfig,
+  type RabbitSourceConfig,
+  type RabbitTargetConfig,
+  type RedisStreamsSourceConfig,
+  type RedisStreamsTargetConfig,
 } from './config.js';
 export {
   type BatchOutcome,
@@ -26,4 +30,20 @@ export {
   natsTarget,
 } from './nats.js';
 export { brokerRelay } from './outbox.js';
+export {
+  type RabbitIdFrom,
+  type RabbitQueueDeclaration,
+  type RabbitSourceOptions,
+  type RabbitTargetOptions,
+  type RabbitTypeFrom,
+  rabbitmqSource,
+  rabbitmqTarget,
+} from './rabbitmq.js';
+export {
+  type RedisStreamsSourceOptions,
+  type RedisStreamsTargetOptions,
+  redisStreamsSource,
+  redisStreamsTarget,
+  type StreamFields,
+} from './redis-streams.js';
 export type { BrokerMessage, BrokerSource, BrokerTarget, SourceState, SourceStatus } from './types.js';
