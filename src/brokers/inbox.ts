@@ -103,6 +103,10 @@ export async function intakeBatch(
   let outcomes: ('accepted' | 'duplicate' | 'conflict')[];
   try {
     outcomes = await db.transaction(async (tx) => {
+      // One batch of a source at a time across processes: two batches holding the same ids (a
+      // redelivery beside a copy), or counter rows, in different orders would deadlock each other.
+      if (tx.dialect === 'postgres')
+        await tx.run("SELECT pg_advisory_xact_lock(hashtextextended('oncely.inbox:' || ?, 0))", [name]);
       const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
       for (const { message, id } of keyed) out.push(await events.intake(name, id, message.type, message.data, tx));
       return out;
@@ -220,5 +224,5 @@ function report(
   fields: Record<string, unknown>,
 ): void {
   if (logger) logger[level](fields, message);
-  else process.stderr.write(`oncely: ${message}: ${line}\n`);
+  else process.stderr.write(`oncely: ${message}: ${line}${fields.error ? `: ${fields.error}` : ''}\n`);
 }
