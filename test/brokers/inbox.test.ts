@@ -1,0 +1,83 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { onceInbox } from '../../src/brokers/inbox.js';
+import { natsSource } from '../../src/brokers/nats.js';
+import type { OncelyLogger } from '../../src/core/observer.js';
+import { createOncely } from '../../src/engine/engine.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { openStore, type StoreSpec } from '../support/stores.js';
+import { closeAdmin, freshStream, until } from './support/nats.js';
+
+const schema = freshSchema();
+const specs: StoreSpec[] = [
+  { kind: 'sqlite', path: join(mkdtempSync(join(tmpdir(), 'oncely-inbox-')), 'records.db') },
+  { kind: 'postgres', connectionString: POSTGRES_URL, schema },
+];
+
+afterAll(async () => {
+  await closeAdmin();
+  await dropSchema(schema);
+});
+
+for (const spec of specs) {
+  describe(`the library inbox (once.run per message) on a ${spec.kind} store`, () => {
+    it('runs each message id once however often it comes, gives a failed run back for redelivery, rejects a message without an id', async () => {
+      const stream = await freshStream(100);
+      const once = await createOncely({ store: openStore(spec), metrics: false });
+      const warnings: string[] = [];
+      const errors: string[] = [];
+      const logger: OncelyLogger = {
+        info: () => {},
+        warn: (_f, m) => void warnings.push(m),
+        error: (_f, m) => void errors.push(m),
+      };
+      const runs: string[] = [];
+      let failOnce = true;
+      const inbox = onceInbox(
+        natsSource({ name: 'payments', stream: stream.stream, durable: 'lib', retryDelayMs: 50 }),
+        {
+          once,
+          action: 'capture',
+          logger,
+          handle: async (message) => {
+            if (message.id === 'p2' && failOnce) {
+              failOnce = false;
+              throw new Error('gateway timeout');
+            }
+            runs.push(message.id as string);
+            return { captured: message.id };
+          },
+        },
+      );
+      try {
+        await stream.publish('captured', { amount: 1 }, 'p1');
+        await stream.publish('captured', { amount: 2 }, 'p2');
+        await stream.publish('captured', { amount: 3 });
+        await inbox.start();
+        await until('first three settled', async () => {
+          const c = await stream.consumer('lib');
+          return c.pending === 0 && c.ackPending === 0;
+        });
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        // Past JetStream's window: both stored again, both replayed by the engine, not run.
+        await stream.publish('captured', { amount: 1 }, 'p1');
+        await stream.publish('captured', { amount: 2 }, 'p2');
+        await until('repeats settled', async () => {
+          const c = await stream.consumer('lib');
+          return c.pending === 0 && c.ackPending === 0;
+        });
+        expect(runs.sort()).toEqual(['p1', 'p2']);
+        expect(warnings).toEqual(['broker message rejected']);
+        expect(errors).toEqual(['broker message failed']);
+        expect(failOnce).toBe(false);
+        expect(await stream.messages()).toBe(5);
+      } finally {
+        await inbox.stop();
+        await once.close();
+        await stream.dispose();
+      }
+    });
+  });
+}
