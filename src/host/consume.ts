@@ -33,13 +33,14 @@ export function bindConsumer(
   const { logger } = deps.config;
   const ms = timeoutMs(consumer.timeout, deps.config.timeout);
   const what = `consumer ${source}/${type}`;
+  const action = `consume:${source}/${type}`;
   return {
     ordering: consumer.ordering,
-    handle: async (event, tx, count) => {
+    handle: async (event, tx, counts) => {
       if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
       await once.run(
         {
-          action: `consume:${source}/${type}`,
+          action,
           key: event.id,
           input: event.data,
           tx: tx.handle,
@@ -50,11 +51,17 @@ export function bindConsumer(
           withinTimeout(tx, ms, what, async (guarded) => {
             await consumer.handle(
               event,
-              hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, { flows, logger, count }),
+              hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, {
+                flows,
+                logger,
+                count: counts.count,
+              }),
             );
             return null;
           }),
       );
+      // The engine's counts of this run commit with the event's completion.
+      await counts.engine('consumer', action);
     },
   };
 }

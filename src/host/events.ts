@@ -10,7 +10,7 @@ import type { Db, Sql } from '../db/types.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
-import { type Count, Totals } from './totals.js';
+import { type Count, Totals, type TxCounts } from './totals.js';
 import type { EventOutcome, HostEvent } from './types.js';
 
 export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
@@ -19,9 +19,9 @@ export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
 export interface ConsumerBinding {
   /**
    * Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id);
-   * `count` counts in that transaction (the outbox messages it enqueues).
+   * `counts` counts in that transaction (the outbox messages it enqueues, the engine's run).
    */
-  handle(event: HostEvent, tx: Sql, count: Count): Promise<void>;
+  handle(event: HostEvent, tx: Sql, counts: TxCounts): Promise<void>;
   /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
 }
@@ -148,7 +148,7 @@ export class EventQueue {
     };
     const outcome = tx
       ? await insert(tx, (name, labels, n) => this.totals.countIn(tx, name, labels, n))
-      : await this.totals.transaction(insert);
+      : await this.totals.transaction((sql, counts) => insert(sql, counts.count));
     if (outcome === 'accepted') this.wake();
     else this.decide({ decision: outcome, source, type, id });
     if (outcome === 'conflict')
@@ -203,7 +203,7 @@ export class EventQueue {
   /** Puts dead letters back in the queue with the same event id and no attempts; returns how many. */
   async replay(target: readonly { source: string; id: string }[] | 'all'): Promise<number> {
     const now = Date.now();
-    const replayed = await this.totals.transaction(async (tx, count) => {
+    const replayed = await this.totals.transaction(async (tx, { count }) => {
       const rows: { source: string; type: string }[] = [];
       if (target === 'all') rows.push(...(await all<{ source: string; type: string }>(tx, q.replayAllDead(now))));
       else
@@ -324,14 +324,14 @@ export class EventQueue {
     let outcome = 'fenced_off' as EventOutcome | 'fenced_off';
     try {
       await withSpan(span, () =>
-        this.totals.transaction(async (tx, count) => {
+        this.totals.transaction(async (tx, counts) => {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const applied = await this.apply(binding, event, tx, count);
+          const applied = await this.apply(binding, event, tx, counts);
           await this.work.complete(tx, claim, applied, { last_error: null });
-          await count('oncely_events_total', [event.source, event.type, applied]);
-          if (binding.ordering) await count('oncely_events_ordered_total', [event.source, event.type]);
+          await counts.count('oncely_events_total', [event.source, event.type, applied]);
+          if (binding.ordering) await counts.count('oncely_events_ordered_total', [event.source, event.type]);
           outcome = applied;
         }),
       );
@@ -345,9 +345,14 @@ export class EventQueue {
   }
 
   /** Runs the consumer unless the event is stale for its aggregate; in the caller's transaction. */
-  private async apply(binding: ConsumerBinding, event: HostEvent, tx: Sql, count: Count): Promise<'applied' | 'stale'> {
+  private async apply(
+    binding: ConsumerBinding,
+    event: HostEvent,
+    tx: Sql,
+    counts: TxCounts,
+  ): Promise<'applied' | 'stale'> {
     if (!binding.ordering) {
-      await binding.handle(event, tx, count);
+      await binding.handle(event, tx, counts);
       return 'applied';
     }
     const aggregate = binding.ordering.aggregate(event);
@@ -359,7 +364,7 @@ export class EventQueue {
     await run(tx, q.ensureVersion(aggregate));
     const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
     if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
-    await binding.handle(event, tx, count);
+    await binding.handle(event, tx, counts);
     await run(tx, q.writeVersion(version, aggregate));
     return 'applied';
   }
@@ -385,7 +390,7 @@ export class EventQueue {
       },
       error,
     );
-    const failed = await this.totals.transaction(async (tx, count) => {
+    const failed = await this.totals.transaction(async (tx, { count }) => {
       if (!(await this.work.fail(tx, claim, plan, describe(error)))) return false;
       await count('oncely_events_total', [row.source, row.type, dead ? 'dead_lettered' : 'retrying']);
       return true;

@@ -84,7 +84,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   };
 
   // Flows share the app's database, so a handler's flows.start commits with the handler.
-  const flows = app.flows.length > 0 ? await createFlows({ db, flows: app.flows }) : undefined;
+  const flows =
+    app.flows.length > 0 ? await createFlows({ db, flows: app.flows, logger, onDecision, metrics }) : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
     return consumer && bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows });

@@ -32,7 +32,7 @@ export function envelope(
 
 /** Everything an invocation needs from the host. */
 export interface InvokeDeps {
-  /** Where the invocation's transaction counts (outbox messages enqueued). */
+  /** Where the invocation's transaction counts (the engine's run, outbox messages enqueued). */
   totals: Totals;
   /** Decisions the host makes before the engine (a duplicate of a key running now). */
   observer: Observer;
@@ -56,6 +56,8 @@ interface Ids {
 /** A handler with its gate and timeout, fixed when the host starts. */
 interface Bound {
   module: HandlerModule;
+  /** The engine's action of its runs: the gate's `POST <handler>`. */
+  action: string;
   gate: IdempotencyGate<Invocation>;
   timeoutMs: number;
 }
@@ -92,7 +94,12 @@ export class Invoker {
         },
         'handler',
       );
-      this.handlers.set(id, { module, gate, timeoutMs: timeoutMs(module.timeout, app.config.timeout) });
+      this.handlers.set(id, {
+        module,
+        gate,
+        action: `POST ${id}`,
+        timeoutMs: timeoutMs(module.timeout, app.config.timeout),
+      });
     }
   }
 
@@ -151,7 +158,7 @@ export class Invoker {
       return this.execute(handler, id, call, undefined);
     }
     const slot = JSON.stringify([tenant, id, key]);
-    if (this.running.has(slot)) return this.refuseDuplicate(id, tenant, key, ids);
+    if (this.running.has(slot)) return this.refuseDuplicate(handler, tenant, key, ids);
     this.running.add(slot);
     try {
       return await this.execute(handler, id, call, { key, slot });
@@ -192,15 +199,20 @@ export class Invoker {
     // The gate reads the ids from here: the request id made above, so the envelope and the engine agree.
     const headers = { 'x-request-id': ids.requestId, 'oncely-trace-id': ids.traceId };
     try {
-      const response = await totals.transaction(async (tx, count) => {
+      const response = await totals.transaction(async (tx, counts) => {
+        const { count } = counts;
         if (tx.dialect === 'postgres' && !(await this.prepare(tx, handler.timeoutMs, claim?.slot)))
-          return this.refuseDuplicate(id, tenant, claim?.key ?? '', ids);
+          return this.refuseDuplicate(handler, tenant, claim?.key ?? '', ids);
         const start = await handler.gate.begin(
           { tenant },
           { method: 'POST', route: id, header: undefined, key: claim?.key, body: input, bodyBytes, headers },
           { tx: tx.handle },
         );
-        if (start.kind === 'respond') return asEnvelope(start.response);
+        // The engine's counts of this call (a replay, a refusal, an execution) commit with it.
+        if (start.kind === 'respond') {
+          await counts.engine('handler', handler.action);
+          return asEnvelope(start.response);
+        }
         if (start.kind === 'pass') return run(tx, undefined, count);
         const execution = start.run;
         let answer: HttpResponse;
@@ -211,7 +223,9 @@ export class Invoker {
           await execution.abandon(error);
           throw error;
         }
-        return execution.finish(answer, true);
+        const finished = await execution.finish(answer, true);
+        await counts.engine('handler', handler.action);
+        return finished;
       });
       this.deps.afterCommit();
       return response;
@@ -247,9 +261,9 @@ export class Invoker {
    * counts its own in_progress refusals (a key hit, a duplicate intercepted), so the rates hold
    * every duplicate of the host.
    */
-  private refuseDuplicate(id: string, tenant: string, key: string, ids: Ids): HttpResponse {
+  private refuseDuplicate(handler: Bound, tenant: string, key: string, ids: Ids): HttpResponse {
     const { totals, observer } = this.deps;
-    const action = `POST ${id}`;
+    const { action } = handler;
     totals.metrics.add('oncely_calls_total', ['handler', action, 'in_progress']);
     totals.metrics.add('oncely_key_hits_total', ['handler', action]);
     totals.metrics.add('oncely_duplicates_total', ['handler', action, 'true']);

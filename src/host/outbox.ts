@@ -122,14 +122,14 @@ export class OutboxRelay {
       held.stop();
       const reason = error instanceof Error ? error.message : String(error);
       const plan = this.work.plan(claim);
-      return this.totals.transaction(async (tx, count) => {
+      return this.totals.transaction(async (tx, { count }) => {
         const failed = await this.work.fail(tx, claim, plan, reason);
         if (failed) await count('oncely_outbox_total', [row.topic, plan.dead ? 'dead_lettered' : 'retried']);
         return failed;
       });
     }
     held.stop();
-    return this.totals.transaction(async (tx, count) => {
+    return this.totals.transaction(async (tx, { count }) => {
       const completed = await this.work.complete(tx, claim, 'delivered', { delivered_at: Date.now() });
       if (completed) await count('oncely_outbox_total', [row.topic, 'delivered']);
       return completed;

@@ -1,15 +1,26 @@
 /**
  * The host's totals: every counter of METRICS summed in its database, so the four rates are the
  * same whichever process answers and after a restart. A count with a transaction of its own (an
- * event's intake or processing, an outbox delivery) is written in it; the rest (engine calls,
- * flows) is flushed from the process's metrics every second and at stop. Each count is written
- * once: what a transaction wrote is marked as accounted, and a flush writes only the difference.
+ * event's intake or processing, an outbox delivery, a handler's or consumer's engine run) is
+ * written in it; the rest (flows, refusals before a transaction) is flushed from the process's
+ * metrics every second and at stop. Each count is written once: what is written, or being written
+ * by a transaction not yet settled, is accounted, and every writer takes only the difference.
  */
-import { type CounterName, METRICS, type MetricName, Metrics, type RateTotals, rateTotals } from '../core/metrics.js';
+import {
+  type CounterName,
+  METRICS,
+  type MetricName,
+  Metrics,
+  type RateTotals,
+  rateTotals,
+  type Surface,
+} from '../core/metrics.js';
 import type { Db, Sql } from '../db/types.js';
 
 /** Counts one increment inside a transaction (written now, added to the process's metrics on commit). */
 export type Count = (name: CounterName, labels: readonly string[], n?: number) => Promise<void>;
+
+type Delta = [CounterName, readonly string[], number];
 
 /** One summed series as `GET /v1/stats` answers it. */
 export interface TotalSeries {
@@ -26,6 +37,13 @@ const FLUSH_MS = 1000;
 const COUNTERS = (Object.keys(METRICS) as MetricName[]).filter(
   (name): name is CounterName => METRICS[name].type === 'counter',
 );
+// The engine's counters of one call, labelled by surface and action first.
+const ENGINE_COUNTERS: readonly CounterName[] = [
+  'oncely_calls_total',
+  'oncely_key_hits_total',
+  'oncely_duplicates_total',
+  'oncely_takeovers_total',
+];
 
 /** The totals table, created by the events component (whose sharded counters it replaces). */
 export function totalsTable(dialect: 'sqlite' | 'postgres'): string {
@@ -40,9 +58,52 @@ export function totalsTable(dialect: 'sqlite' | 'postgres'): string {
 
 const UPSERT_TAIL = 'ON CONFLICT (metric, labels, shard) DO UPDATE SET value = oncely_totals.value + excluded.value';
 
+/** The counts of one transaction: written in it, and settled in the process's metrics when it ends. */
+export class TxCounts {
+  private readonly counted: Delta[] = [];
+  private readonly taken: Delta[] = [];
+
+  constructor(
+    private readonly tx: Sql,
+    private readonly accounted: Metrics,
+    private readonly metrics: Metrics,
+  ) {}
+
+  /** Counts `n` of one series in the transaction; the process's metrics get it once it commits. */
+  readonly count: Count = async (name, labels, n = 1) => {
+    await upsert(this.tx, [[name, labels, n]]);
+    this.counted.push([name, labels, n]);
+  };
+
+  /**
+   * Writes in the transaction what the engine counted for (surface, action) and nobody wrote yet:
+   * the run that just ended inside it (and any other of the action not yet written).
+   */
+  async engine(surface: Surface, action: string): Promise<void> {
+    const taken = take(this.metrics, this.accounted, (name, labels) =>
+      ENGINE_COUNTERS.includes(name) ? labels[0] === surface && labels[1] === action : false,
+    );
+    this.taken.push(...taken);
+    if (taken.length > 0) await upsert(this.tx, taken);
+  }
+
+  /** The transaction committed. Synchronous: no flush runs between a metric's count and its accounting. */
+  committed(): void {
+    for (const [name, labels, n] of this.counted) {
+      this.metrics.add(name, labels, n);
+      this.accounted.add(name, labels, n);
+    }
+  }
+
+  /** The transaction rolled back: what it took is for a later writer. */
+  rolledBack(): void {
+    for (const [name, labels, n] of this.taken) this.accounted.add(name, labels, -n);
+  }
+}
+
 /** Sums counters in the database beside the process's own metrics, and reads them back. */
 export class Totals {
-  /** What is in the database already of `metrics`: written by a transaction, or flushed. */
+  /** What is in the database of `metrics`, or being written by a transaction not yet settled. */
   private readonly accounted = new Metrics();
   private flushing: Promise<void> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
@@ -58,11 +119,19 @@ export class Totals {
    * Runs `fn` in a transaction of the database with `count` writing into it; the counts reach the
    * process's metrics only once it commits.
    */
-  async transaction<T>(fn: (tx: Sql, count: Count) => Promise<T>): Promise<T> {
-    const pending: [CounterName, readonly string[], number][] = [];
-    const result = await this.db.transaction((tx) => fn(tx, this.counter(tx, pending)));
-    this.committed(pending);
-    return result;
+  async transaction<T>(fn: (tx: Sql, counts: TxCounts) => Promise<T>): Promise<T> {
+    let counts: TxCounts | undefined;
+    try {
+      const result = await this.db.transaction((tx) => {
+        counts = new TxCounts(tx, this.accounted, this.metrics);
+        return fn(tx, counts);
+      });
+      counts?.committed();
+      return result;
+    } catch (error) {
+      counts?.rolledBack();
+      throw error;
+    }
   }
 
   /**
@@ -70,9 +139,9 @@ export class Totals {
    * are counted at once.
    */
   async countIn(tx: Sql, name: CounterName, labels: readonly string[], n = 1): Promise<void> {
-    const pending: [CounterName, readonly string[], number][] = [];
-    await this.counter(tx, pending)(name, labels, n);
-    this.committed(pending);
+    const counts = new TxCounts(tx, this.accounted, this.metrics);
+    await counts.count(name, labels, n);
+    counts.committed();
   }
 
   /** Flushes every second until stop(). */
@@ -143,43 +212,46 @@ export class Totals {
       }));
   }
 
-  private counter(tx: Sql, pending: [CounterName, readonly string[], number][]): Count {
-    return async (name, labels, n = 1) => {
-      await tx.run(`INSERT INTO oncely_totals (metric, labels, shard, value) VALUES (?, ?, ?, ?) ${UPSERT_TAIL}`, [
-        name,
-        JSON.stringify(labels),
-        shardOf(tx),
-        n,
-      ]);
-      pending.push([name, labels, n]);
-    };
-  }
-
-  // Synchronous: no flush can run between the metric's count and its accounting.
-  private committed(pending: readonly [CounterName, readonly string[], number][]): void {
-    for (const [name, labels, n] of pending) {
-      this.metrics.add(name, labels, n);
-      this.accounted.add(name, labels, n);
-    }
-  }
-
   private async write(): Promise<void> {
-    const deltas: [CounterName, readonly string[], number][] = [];
-    for (const name of COUNTERS)
-      for (const series of this.metrics.read(name)) {
-        const delta = series.value - this.accounted.value(name, series.labels);
-        if (delta > 0) deltas.push([name, [...series.labels], delta]);
-      }
+    const deltas = take(this.metrics, this.accounted, () => true);
     for (let i = 0; i < deltas.length; i += FLUSH_BATCH) {
-      const batch = deltas.slice(i, i + FLUSH_BATCH);
-      const shard = shardOf(this.db);
-      await this.db.run(
-        `INSERT INTO oncely_totals (metric, labels, shard, value) VALUES ${batch.map(() => '(?, ?, ?, ?)').join(', ')} ${UPSERT_TAIL}`,
-        batch.flatMap(([name, labels, n]) => [name, JSON.stringify(labels), shard, n]),
-      );
-      for (const [name, labels, n] of batch) this.accounted.add(name, labels, n);
+      try {
+        await upsert(this.db, deltas.slice(i, i + FLUSH_BATCH));
+      } catch (error) {
+        // What was not written is for the next flush.
+        for (const [name, labels, n] of deltas.slice(i)) this.accounted.add(name, labels, -n);
+        throw error;
+      }
     }
   }
+}
+
+/** The part of each counter series `accept` takes that nobody wrote or is writing, marked as being written. */
+function take(
+  metrics: Metrics,
+  accounted: Metrics,
+  accept: (name: CounterName, labels: readonly string[]) => boolean,
+): Delta[] {
+  const deltas: Delta[] = [];
+  for (const name of COUNTERS)
+    for (const series of metrics.read(name)) {
+      if (!accept(name, series.labels)) continue;
+      const delta = series.value - accounted.value(name, series.labels);
+      if (delta <= 0) continue;
+      const labels = [...series.labels];
+      accounted.add(name, labels, delta);
+      deltas.push([name, labels, delta]);
+    }
+  return deltas;
+}
+
+/** Adds each delta to its series, on one shard, in one statement. */
+async function upsert(sql: Sql, deltas: readonly Delta[]): Promise<void> {
+  const shard = shardOf(sql);
+  await sql.run(
+    `INSERT INTO oncely_totals (metric, labels, shard, value) VALUES ${deltas.map(() => '(?, ?, ?, ?)').join(', ')} ${UPSERT_TAIL}`,
+    deltas.flatMap(([name, labels, n]) => [name, JSON.stringify(labels), shard, n]),
+  );
 }
 
 function shardOf(sql: Sql): number {

@@ -201,7 +201,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
       expect(await h.host.events.replay('all')).toBe(1);
       await h.host.events.drain();
       // The outbox: both messages of the executions delivered to their consumer.
-      for (let i = 0; i < 200 && (await h.host.events.stats()).applied < 3; i++)
+      for (let i = 0; i < 200 && h.host.metrics.value('oncely_outbox_total', ['thing.made', 'delivered']) < 2; i++)
         await new Promise((r) => setTimeout(r, 10));
       await h.host.events.drain();
 
@@ -341,7 +341,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
         expect(res.status).toBe(200);
         await webhook(h.base, { id: 'e-bad', type: 'bad.thing' });
         await h.host.events.drain();
-        for (let i = 0; i < 200 && (await h.host.events.stats()).applied < 1; i++)
+        for (
+          let i = 0;
+          i < 200 && h.host.metrics.value('oncely_events_total', ['outbox', 'thing.made', 'applied']) < 1;
+          i++
+        )
           await new Promise((r) => setTimeout(r, 10));
         const spans = tracing.exporter.getFinishedSpans();
         const execute = spans.find((s) => s.name === 'oncely.execute' && s.attributes['oncely.action'] === MAKE);
@@ -369,6 +373,60 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
       } finally {
         tracing.uninstall();
       }
+    });
+
+    it("writes a handler's and a consumer's engine counts in their transactions; a rolled-back run's at the flush", async () => {
+      const h = await startHost(makeTarget(), {
+        ...mixApp(capture()),
+        handlers: {
+          ...mixApp(capture()).handlers,
+          'things.fail': {
+            handle: () => {
+              throw new Error('no');
+            },
+          },
+        },
+      });
+      running.push(h);
+      // No timer: only transactions (and the explicit flush below) write.
+      await h.host.totals.stop();
+      const written = async () => {
+        const rows = await h.rows<{ metric: string; labels: string; value: number | string }>(
+          "SELECT metric, labels, SUM(value) AS value FROM oncely_totals WHERE metric = 'oncely_calls_total' GROUP BY metric, labels",
+        );
+        // (On PostgreSQL the schema holds the tests before too: what they wrote is taken off.)
+        return Object.fromEntries(
+          rows
+            .map(
+              (r) =>
+                [
+                  JSON.parse(r.labels).join('|'),
+                  Number(r.value) - (earlier[JSON.parse(r.labels).join('|')] ?? 0),
+                ] as const,
+            )
+            .filter(([, n]) => n !== 0),
+        );
+      };
+      let earlier: Record<string, number> = {};
+      earlier = await written();
+      expect((await h.invoke('things.make', { id: 'w' }, { 'idempotency-key': 'w1' })).status).toBe(200);
+      expect((await h.invoke('things.make', { id: 'w' }, { 'idempotency-key': 'w1' })).status).toBe(200);
+      expect((await h.invoke('things.fail', {}, { 'idempotency-key': 'f1' })).status).toBe(500);
+      for (
+        let i = 0;
+        i < 200 && h.host.metrics.value('oncely_events_total', ['outbox', 'thing.made', 'applied']) < 1;
+        i++
+      )
+        await new Promise((r) => setTimeout(r, 10));
+      const before = await written();
+      expect(before).toEqual({
+        [`handler|${MAKE}|executed`]: 1,
+        [`handler|${MAKE}|replayed`]: 1,
+        'consumer|consume:outbox/thing.made|executed': 1,
+      });
+      await h.host.totals.flush();
+      expect(await written()).toEqual({ ...before, 'handler|POST things.fail|released': 1 });
+      expect(h.host.metrics.sum('oncely_calls_total')).toBe(4);
     });
 
     it('refuses a malformed Oncely-Trace-Id with TRACE_ID_INVALID, in the envelope with a request id', async () => {

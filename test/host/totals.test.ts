@@ -192,7 +192,7 @@ for (const { name, target, cleanup } of hostTargets())
       await new EventQueue(db, { consumerFor: () => undefined }).migrate();
       const metrics = new Metrics();
       const totals = new Totals(db, metrics);
-      await totals.transaction(async (_tx, count) => count('oncely_outbox_total', ['t', 'delivered'], 2));
+      await totals.transaction(async (_tx, { count }) => count('oncely_outbox_total', ['t', 'delivered'], 2));
       metrics.add('oncely_calls_total', ['engine', 'pay', 'replayed'], 3);
       await totals.flush();
       await totals.flush();
@@ -207,7 +207,7 @@ for (const { name, target, cleanup } of hostTargets())
       });
       // A rolled-back transaction counts nowhere.
       await expect(
-        totals.transaction(async (_tx, count) => {
+        totals.transaction(async (_tx, { count }) => {
           await count('oncely_outbox_total', ['t', 'retried']);
           throw new Error('rolled back');
         }),
