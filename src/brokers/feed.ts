@@ -50,7 +50,10 @@ export class Feed {
 
   private pump(): void {
     if (this.running || this.pending.length === 0 || this.closed) return;
-    const batch = this.pending.splice(0);
+    // At most half the capacity: while one batch is stored, the broker has room to deliver the
+    // next one in full. Without the cap, sizes alternate (1, 63, 1, 63 at capacity 64), and every
+    // batch of one costs a whole transaction.
+    const batch = this.pending.splice(0, Math.ceil(this.capacity / 2));
     this.running = this.run(batch).finally(() => {
       this.running = undefined;
       this.pump();
