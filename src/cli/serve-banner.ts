@@ -13,6 +13,14 @@ export function serveBanner(index: RouteIndex, dir: string): string {
   for (const h of index.handlers) lines.push(`  ${h.id}`, `    ${h.curl}`);
   lines.push('', index.webhooks.length > 0 ? 'webhooks:' : 'webhooks: none (add sources to oncely.config.ts)');
   for (const w of index.webhooks) lines.push(`  ${w.source} (${w.kind})  POST ${w.url}`, `    ${w.signing}`);
+  const { sources, targets, status } = index.brokers;
+  if (sources.length + targets.length > 0)
+    lines.push(
+      '',
+      `brokers (each one's state and lag: GET ${status}):`,
+      ...(sources.length > 0 ? [`  sources: ${sources.join(', ')}`] : []),
+      ...(targets.length > 0 ? [`  outbox targets: ${targets.join(', ')}`] : []),
+    );
   lines.push(
     '',
     `health:       GET ${index.health}`,

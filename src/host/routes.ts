@@ -29,6 +29,8 @@ export interface RouteIndex {
   metrics: string;
   /** The CLI commands that read and replay dead letters (they are not served over HTTP). */
   deadLetters: string;
+  /** Broker sources and targets as `<name> (<kind>)`, and where their states are served. */
+  brokers: { sources: string[]; targets: string[]; status: string };
 }
 
 /** The routes of `app` served at `base` (e.g. `http://localhost:3000`); `dir` is how the CLI names the app folder. */
@@ -54,6 +56,11 @@ export function routeIndex(app: App, base: string, dir = app.dir): RouteIndex {
     stats: `${base}/v1/stats`,
     metrics: `${base}/metrics`,
     deadLetters: `npx oncely events dead list ${dir}; npx oncely events dead replay --all --dir ${dir}`,
+    brokers: {
+      sources: Object.entries(app.config.brokers ?? {}).map(([name, c]) => `${name} (${c.kind})`),
+      targets: Object.entries(app.config.targets ?? {}).map(([name, c]) => `${name} (${c.kind})`),
+      status: `${base}/v1/brokers`,
+    },
   };
 }
 

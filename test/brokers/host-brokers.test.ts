@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
+import { serveBanner } from '../../src/cli/serve-banner.js';
 import { hostBrokers } from '../../src/host/brokers.js';
 import type { HostConfig } from '../../src/host/config.js';
+import { routeIndex } from '../../src/host/routes.js';
 import { hostTargets, startHost } from '../support/host-app.js';
 import { closeAdmin, freshStream, NATS, until } from './support/nats.js';
 
@@ -23,6 +25,24 @@ describe('the host config of brokers', () => {
     await refused({ outbox: { 'order.paid': [] } });
     await refused({ targets: { consumers: { kind: 'nats' } } });
     await refused({ brokers: { orders: { kind: 'kafka' } as never } });
+  });
+
+  it('names each broker source and target in the serve banner, with where their states are served', () => {
+    const config: HostConfig = {
+      brokers: { orders: { kind: 'nats', stream: 'ORDERS', durable: 'shop' } },
+      targets: { bus: { kind: 'nats' } },
+    };
+    const app = { dir: '.', config, schemaSql: '', handlers: new Map(), consumers: new Map(), flows: [] };
+    const banner = serveBanner(routeIndex(app, 'http://localhost:3000'), '.').split('\n');
+    expect(banner).toEqual(
+      expect.arrayContaining([
+        "brokers (each one's state and lag: GET http://localhost:3000/v1/brokers):",
+        '  sources: orders (nats)',
+        '  outbox targets: bus (nats)',
+      ]),
+    );
+    const none = { ...app, config: {} };
+    expect(serveBanner(routeIndex(none, 'http://localhost:3000'), '.')).not.toContain('brokers');
   });
 });
 
