@@ -10,7 +10,11 @@
  * the same engine with all of it off.
  *
  * Then the flows part (bench/flows.ts): durable flows of three steps, oncely on PostgreSQL and
- * SQLite beside DBOS Transact on the same PostgreSQL. BENCH_ONLY=engine, observe, http or flows runs one
+ * SQLite beside DBOS Transact on the same PostgreSQL.
+ *
+ * Then the brokers part (bench/brokers.ts): inbox and outbox relay throughput on NATS JetStream,
+ * RabbitMQ and Redis Streams, on SQLite and PostgreSQL, beside a bare consumer and a bare relay.
+ * BENCH_ONLY=engine, observe, http, flows or brokers runs one
  * part only.
  *
  * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
@@ -18,6 +22,7 @@
  * write the JSON to this file), PG_URL or DATABASE_URL, REDIS_URL.
  */
 import { writeFileSync } from 'node:fs';
+import { type BrokersResult, brokersReport, runBrokers } from './brokers.js';
 import { postgresSubject, redisSubject, type Subject, sqliteSubject } from './engine.js';
 import { type Floor, nodeRedisFloor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
 import { type FlowsResult, flowsReport, runFlows } from './flows.js';
@@ -130,7 +135,7 @@ async function runPlan(plan: Plan): Promise<Result[]> {
   }
 }
 
-const PARTS = ['engine', 'observe', 'http', 'flows'];
+const PARTS = ['engine', 'observe', 'http', 'flows', 'brokers'];
 
 async function main(): Promise<void> {
   if (ONLY !== undefined && !PARTS.includes(ONLY))
@@ -140,7 +145,8 @@ async function main(): Promise<void> {
   const observe = ONLY === undefined || ONLY === 'observe' ? await runObserve() : undefined;
   const http = ONLY === undefined || ONLY === 'http' ? await runHttp() : undefined;
   const flows = ONLY === undefined || ONLY === 'flows' ? await runFlows() : undefined;
-  report(engine, observe, http, flows, Date.now() - started);
+  const brokers = ONLY === undefined || ONLY === 'brokers' ? await runBrokers() : undefined;
+  report(engine, observe, http, flows, brokers, Date.now() - started);
 }
 
 /** The engine part: every store's plan, and memory per key on SQLite. */
@@ -197,17 +203,20 @@ function report(
   observeResults: ObserveResult[] | undefined,
   httpResults: HttpResult[] | undefined,
   flowsResults: FlowsResult[] | undefined,
+  brokersResults: BrokersResult[] | undefined,
   ms: number,
 ): void {
   const part = engine ? engineReport(engine.results, engine.memory) : undefined;
   const observe = observeResults ? observeReport(observeResults) : undefined;
   const http = httpResults ? httpReport(httpResults) : undefined;
   const flows = flowsResults ? flowsReport(flowsResults) : undefined;
+  const brokers = brokersResults ? brokersReport(brokersResults) : undefined;
   const checks = [
     ...(part?.checks ?? []),
     ...(observe?.checks ?? []),
     ...(http?.checks ?? []),
     ...(flows?.checks ?? []),
+    ...(brokers?.checks ?? []),
   ];
   const failed = checks.filter((c) => !(c.ratio >= c.min));
   // A wrong response is a broken middleware, not a slow one: the bench fails whatever the speed.
@@ -226,6 +235,7 @@ function report(
     })),
     httpFailures: http?.failures,
     flows: flowsResults,
+    brokers: brokersResults,
     checks: checks.map((c) => ({ ...c, pass: c.ratio >= c.min })),
     totalMs: ms,
   };
@@ -234,7 +244,7 @@ function report(
     process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
     return;
   }
-  const sections = [part?.lines, observe?.lines, http?.lines, flows?.lines].filter(
+  const sections = [part?.lines, observe?.lines, http?.lines, flows?.lines, brokers?.lines].filter(
     (l): l is string[] => l !== undefined,
   );
   const lines = sections.flatMap((l, k) => (k === 0 ? l : ['', ...l]));
