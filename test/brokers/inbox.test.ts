@@ -1,6 +1,9 @@
+import { execFile } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { onceInbox } from '../../src/brokers/inbox.js';
 import { natsSource } from '../../src/brokers/nats.js';
@@ -19,6 +22,40 @@ const specs: StoreSpec[] = [
 afterAll(async () => {
   await closeAdmin();
   await dropSchema(schema);
+});
+
+describe('oncely/brokers', () => {
+  it('loads no broker client until a source or target connects', async () => {
+    const entry = fileURLToPath(new URL('../../src/brokers/index.ts', import.meta.url));
+    // A resolve hook that refuses the broker clients: importing the entry must not ask for them.
+    const hook = `export async function resolve(specifier, context, next) {
+      if (/^(@nats-io\\/|amqplib$)/.test(specifier)) throw new Error('loaded ' + specifier);
+      return next(specifier, context);
+    }`;
+    const register = `import { register } from 'node:module'; register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hook)}));`;
+    const script = `const brokers = await import(${JSON.stringify(entry)}); console.log(Object.keys(brokers).length > 0 ? 'loaded' : 'empty');`;
+    const run = (code: string) =>
+      promisify(execFile)(process.execPath, [
+        '--import',
+        'tsx',
+        '--import',
+        `data:text/javascript,${encodeURIComponent(register)}`,
+        '--input-type=module',
+        '-e',
+        code,
+      ]);
+    expect((await run(script)).stdout.trim()).toBe('loaded');
+    // The hook does refuse them: a source that connects asks for the client, and says how to install it.
+    const connect = `const { natsSource } = await import(${JSON.stringify(entry)});
+      const source = natsSource({ name: 'n', stream: 'S', durable: 'd', baseDelayMs: 10_000 });
+      await source.start(async () => {});
+      await new Promise((r) => setTimeout(r, 300));
+      console.log(source.status().lastError);
+      process.exit(0);`;
+    expect((await run(connect)).stdout).toContain(
+      "CONFIG_INVALID: a NATS source or target needs '@nats-io/transport-node'",
+    );
+  });
 });
 
 for (const spec of specs) {
