@@ -1,6 +1,7 @@
 /** The outbox's tables and statements, one place for both dialects. Times are epoch milliseconds. */
 import type { Migrations } from '../db/migrate.js';
 import type { Statement, WorkTable } from '../work/index.js';
+import { totalsTable } from './totals.js';
 
 /** The outbox table as the first version of the host created it (adopted as version 1). */
 const OUTBOX_V1 = `CREATE TABLE IF NOT EXISTS oncely_outbox (
@@ -25,6 +26,8 @@ export const outboxMigrations: Migrations = {
   steps: [
     { version: 1, sqlite: OUTBOX_V1, postgres: OUTBOX_V1 },
     { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
+    // Where deliveries are counted; the events component makes it too (whichever migrates first).
+    { version: 3, sqlite: totalsTable('sqlite'), postgres: totalsTable('postgres') },
   ],
 };
 

@@ -113,11 +113,12 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
         'flows@2',
         'outbox@1',
         'outbox@2',
+        'outbox@3',
       ]);
       // Every step is recorded: opening again runs none of them.
       await events.migrate();
       await migrate(db, outboxMigrations);
-      expect((await ledger(db)).length).toBe(9);
+      expect((await ledger(db)).length).toBe(10);
     }, 30_000);
 
     it('adds body_hash to events tables made before it existed, keeping their rows', async () => {
