@@ -5,13 +5,12 @@
  */
 import { migrate } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
-import { eventMigrations } from '../host/event-sql.js';
 import { OutboxRelay, type RelayOptions } from '../host/outbox.js';
 import { outboxMigrations } from '../host/outbox-sql.js';
 import type { BrokerTarget } from './types.js';
 
 /**
- * Creates (or upgrades) the outbox table (and the events component, whose totals table counts deliveries) on `db` and returns a relay to `target`; call `start()`.
+ * Creates (or upgrades) the outbox tables on `db` and returns a relay to `target`; call `start()`.
  * @example
  * const relay = await brokerRelay(db, natsTarget({ subject: (topic) => `events.${topic}` }));
  * relay.start();
@@ -23,7 +22,5 @@ export async function brokerRelay(
   options: Omit<RelayOptions, 'target'> = {},
 ): Promise<OutboxRelay> {
   await migrate(db, outboxMigrations);
-  // The relay counts its deliveries in oncely_totals, which the events component creates.
-  await migrate(db, eventMigrations);
   return new OutboxRelay(db, { ...options, target });
 }
