@@ -4,7 +4,7 @@ import { Hono } from 'hono';
 import { ERRORS, OncelyError } from '../core/errors.js';
 import { Metrics } from '../core/metrics.js';
 import { Observer } from '../core/observer.js';
-import { contextFromHeaders, withContext } from '../core/tracing.js';
+import { contextFromHeaders, endSpan, startSpan, withContext } from '../core/tracing.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
@@ -176,7 +176,20 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     const read = readWebhook(source, Object.fromEntries(request.headers), body);
     if (!read.ok) return send(envelope(read.status, { error: { code: read.code, message: read.message } }));
     // Persisted before the answer: a 2xx means the event survives a crash from here on.
-    const outcome = await events.intake(name, read.id, read.type, read.data);
+    // A span of the intake, in the caller's trace when it sent a traceparent.
+    const span = startSpan(observer.activeTracer, 'oncely.intake', {
+      'oncely.source': name,
+      'oncely.type': read.type,
+      'oncely.event_id': read.id,
+    });
+    let outcome: Awaited<ReturnType<EventQueue['intake']>>;
+    try {
+      outcome = await events.intake(name, read.id, read.type, read.data);
+    } catch (error) {
+      endSpan(span, {}, error);
+      throw error;
+    }
+    endSpan(span, { 'oncely.outcome': outcome });
     // A conflict (same id, another body) is still 2xx: the sender's retries would not change the stored event.
     const duplicate = outcome !== 'accepted';
     return Response.json({ code: 0, data: { id: read.id, outcome, duplicate, conflict: outcome === 'conflict' } });

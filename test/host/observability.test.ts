@@ -339,7 +339,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
           { 'idempotency-key': 't1', traceparent: `00-${parent}-00f067aa0ba902b7-01` },
         );
         expect(res.status).toBe(200);
-        await webhook(h.base, { id: 'e-bad', type: 'bad.thing' });
+        await webhook(h.base, { id: 'e-bad', type: 'bad.thing' }, { traceparent: `00-${parent}-00f067aa0ba902b8-01` });
         await h.host.events.drain();
         for (
           let i = 0;
@@ -352,6 +352,19 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
         expect(execute?.spanContext().traceId).toBe(parent);
         expect(execute?.parentSpanContext?.spanId).toBe('00f067aa0ba902b7');
         expect(execute?.attributes).toMatchObject({ 'oncely.surface': 'handler', 'oncely.outcome': 'executed' });
+        const intake = spans.filter((s) => s.name === 'oncely.intake');
+        expect(intake.map((s) => [s.spanContext().traceId, s.parentSpanContext?.spanId, s.attributes])).toEqual([
+          [
+            parent,
+            '00f067aa0ba902b8',
+            {
+              'oncely.source': 'shop',
+              'oncely.type': 'bad.thing',
+              'oncely.event_id': 'e-bad',
+              'oncely.outcome': 'accepted',
+            },
+          ],
+        ]);
         const consumed = spans.filter((s) => s.name === 'oncely.consume');
         const bad = consumed.filter((s) => s.attributes['oncely.type'] === 'bad.thing');
         expect(bad.map((s) => [s.attributes['oncely.attempt'], s.attributes['oncely.outcome'], s.status.code])).toEqual(
