@@ -155,6 +155,8 @@ class NatsSource implements BrokerSource {
   private async session(): Promise<void> {
     const { jetstream } = await clients();
     const connection = await open(this.options.servers ?? '127.0.0.1:4222', `oncely ${this.name}`);
+    // Stopped while connecting: stop() could not close what did not exist yet.
+    if (this.stopped) return void (await connection.close());
     this.connection = connection;
     void this.watch(connection);
     try {
@@ -343,6 +345,10 @@ class NatsTarget implements BrokerTarget {
       this.life.set('connecting');
       const { jetstream } = await clients();
       const connection = await open(this.options.servers ?? '127.0.0.1:4222', 'oncely outbox');
+      if (this.closed) {
+        await connection.close();
+        throw new OncelyError('CLOSED', 'the nats target is closed');
+      }
       this.life.set('connected');
       void (async () => {
         for await (const status of connection.status()) {
@@ -360,7 +366,7 @@ class NatsTarget implements BrokerTarget {
       return { connection, js: jetstream.jetstream(connection) };
     })().catch((error) => {
       this.client = undefined;
-      this.life.set('reconnecting', error);
+      if (!this.closed) this.life.set('reconnecting', error);
       throw error;
     });
     return this.client;
