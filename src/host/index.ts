@@ -6,5 +6,7 @@ export type { Host } from './host.js';
 export { openHost } from './open.js';
 export { type Operator, op } from './operators.js';
 export type { OutboxMessage, OutboxTarget } from './outbox.js';
+export type { HostStats, RateStat } from './stats.js';
+export type { TotalSeries } from './totals.js';
 export type { Condition, DataStore, EventOutcome, HostEvent, Result, Where } from './types.js';
 export { type SourceConfig, signBodyHmac, signStandardWebhook, signStripeWebhook } from './webhooks.js';
