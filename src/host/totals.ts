@@ -7,6 +7,7 @@
  * by a transaction not yet settled, is accounted, and every writer takes only the difference.
  */
 import {
+  type CallOutcome,
   type CounterName,
   METRICS,
   type MetricName,
@@ -37,13 +38,33 @@ const FLUSH_MS = 1000;
 const COUNTERS = (Object.keys(METRICS) as MetricName[]).filter(
   (name): name is CounterName => METRICS[name].type === 'counter',
 );
-// The engine's counters of one call, labelled by surface and action first.
-const ENGINE_COUNTERS: readonly CounterName[] = [
-  'oncely_calls_total',
-  'oncely_key_hits_total',
-  'oncely_duplicates_total',
-  'oncely_takeovers_total',
+// Every outcome the engine counts a call as (CallOutcome, as engine/counts.ts lists them); one missing
+// here would only reach the database at the next flush instead of with its transaction.
+const CALL_OUTCOMES: readonly CallOutcome[] = [
+  'executed',
+  'replayed',
+  'in_progress',
+  'key_reused',
+  'released',
+  'failed_stored',
+  'lease_lost',
+  'unknown',
+  'store_unavailable',
 ];
+
+/** The series the engine counts a call of (surface, action) in, each looked up by its labels. */
+function engineSeries(surface: Surface, action: string): [CounterName, readonly string[]][] {
+  return [
+    ...CALL_OUTCOMES.map((outcome): [CounterName, readonly string[]] => [
+      'oncely_calls_total',
+      [surface, action, outcome],
+    ]),
+    ['oncely_key_hits_total', [surface, action]],
+    ['oncely_duplicates_total', [surface, action, 'true']],
+    ['oncely_duplicates_total', [surface, action, 'false']],
+    ['oncely_takeovers_total', [surface, action]],
+  ];
+}
 
 /** The totals table, created by the events component (whose sharded counters it replaces). */
 export function totalsTable(dialect: 'sqlite' | 'postgres'): string {
@@ -80,9 +101,7 @@ export class TxCounts {
    * the run that just ended inside it (and any other of the action not yet written).
    */
   async engine(surface: Surface, action: string): Promise<void> {
-    const taken = take(this.metrics, this.accounted, (name, labels) =>
-      ENGINE_COUNTERS.includes(name) ? labels[0] === surface && labels[1] === action : false,
-    );
+    const taken = take(this.metrics, this.accounted, engineSeries(surface, action));
     this.taken.push(...taken);
     if (taken.length > 0) await upsert(this.tx, taken);
   }
@@ -213,7 +232,13 @@ export class Totals {
   }
 
   private async write(): Promise<void> {
-    const deltas = take(this.metrics, this.accounted, () => true);
+    const deltas = take(
+      this.metrics,
+      this.accounted,
+      COUNTERS.flatMap((name) =>
+        this.metrics.read(name).map((series): [CounterName, readonly string[]] => [name, series.labels]),
+      ),
+    );
     for (let i = 0; i < deltas.length; i += FLUSH_BATCH) {
       try {
         await upsert(this.db, deltas.slice(i, i + FLUSH_BATCH));
@@ -226,22 +251,16 @@ export class Totals {
   }
 }
 
-/** The part of each counter series `accept` takes that nobody wrote or is writing, marked as being written. */
-function take(
-  metrics: Metrics,
-  accounted: Metrics,
-  accept: (name: CounterName, labels: readonly string[]) => boolean,
-): Delta[] {
+/** The part of each series that nobody wrote or is writing, marked as being written. */
+function take(metrics: Metrics, accounted: Metrics, series: readonly [CounterName, readonly string[]][]): Delta[] {
   const deltas: Delta[] = [];
-  for (const name of COUNTERS)
-    for (const series of metrics.read(name)) {
-      if (!accept(name, series.labels)) continue;
-      const delta = series.value - accounted.value(name, series.labels);
-      if (delta <= 0) continue;
-      const labels = [...series.labels];
-      accounted.add(name, labels, delta);
-      deltas.push([name, labels, delta]);
-    }
+  for (const [name, labels] of series) {
+    const delta = metrics.value(name, labels) - accounted.value(name, labels);
+    if (delta <= 0) continue;
+    const copy = [...labels];
+    accounted.add(name, copy, delta);
+    deltas.push([name, copy, delta]);
+  }
   return deltas;
 }
 
