@@ -1,3 +1,4 @@
+import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
 import type { Db, Sql } from '../db/types.js';
@@ -38,6 +39,11 @@ export interface RelayOptions {
   pollMs?: number;
   batchSize?: number;
   leaseMs?: number;
+  /**
+   * Deliveries side by side, settled together in one transaction; default 1 (row after row). A
+   * broker target pipelines them and confirms each: 32 sends a whole batch before the first confirm.
+   */
+  inFlight?: number;
   baseDelayMs?: number;
   maxDelayMs?: number;
   /** Where deliveries, retries and dead letters are counted, each in its completion's transaction; default totals of the process's metrics. */
@@ -63,6 +69,9 @@ export class OutboxRelay {
     private readonly db: Db,
     private readonly options: RelayOptions,
   ) {
+    const { inFlight = 1 } = options;
+    if (!Number.isSafeInteger(inFlight) || inFlight < 1)
+      throw new OncelyError('INVALID_ARGUMENT', `inFlight must be a positive integer, got ${inFlight}`);
     this.totals = options.totals ?? new Totals(db, processMetrics);
     this.work = new WorkQueue(db, OUTBOX_WORK, {
       leaseMs: options.leaseMs ?? 30_000,
@@ -94,45 +103,63 @@ export class OutboxRelay {
     }
   }
 
-  /** Delivers everything due now; returns how many rows it claimed (delivered, failed or given back). */
+  /**
+   * Delivers everything due now; returns how many rows it claimed (delivered, failed or given back).
+   * Rows go out `inFlight` at a time, in created order: a broker target pipelines them on its one
+   * channel or connection, each delivery resolving at its own confirm. Each such window is then
+   * settled in one transaction: a row marked delivered once confirmed, or failed with backoff.
+   */
   async deliverDue(): Promise<number> {
     const claimed = await this.work.claim(this.options.batchSize ?? 32, { ready: dueNow(Date.now()) });
     // One statement claimed them; its RETURNING order is not the claim's ORDER BY.
     claimed.sort((a, b) => Number(a.row.created_at) - Number(b.row.created_at) || (a.row.id < b.row.id ? -1 : 1));
-    for (const claim of claimed) {
-      if (this.stopping) await this.work.release(this.db, claim);
-      else await this.deliver(claim);
+    const inFlight = this.options.inFlight ?? 1;
+    for (let from = 0; from < claimed.length; from += inFlight) {
+      const window = claimed.slice(from, from + inFlight);
+      if (this.stopping) {
+        for (const claim of window) await this.work.release(this.db, claim);
+        continue;
+      }
+      const held = window.map((claim) => this.work.keep(claim));
+      const delivered = await Promise.allSettled(
+        window.map(({ row }) =>
+          this.options.target.deliver({
+            id: row.id,
+            topic: row.topic,
+            payload: JSON.parse(row.payload) as unknown,
+            createdAt: Number(row.created_at),
+          }),
+        ),
+      );
+      for (const h of held) h.stop();
+      await this.settle(window, delivered);
     }
     return claimed.length;
   }
 
-  /** Delivers one claimed row; false when its completion was refused (another relay claimed it since). */
-  private async deliver(claim: Claim<OutboxRow>): Promise<boolean> {
-    const { row } = claim;
-    const message = {
-      id: row.id,
-      topic: row.topic,
-      payload: JSON.parse(row.payload) as unknown,
-      createdAt: Number(row.created_at),
-    };
-    const held = this.work.keep(claim);
-    try {
-      await this.options.target.deliver(message);
-    } catch (error) {
-      held.stop();
-      const reason = error instanceof Error ? error.message : String(error);
-      const plan = this.work.plan(claim);
-      return this.totals.transaction(async (tx, { count }) => {
-        const failed = await this.work.fail(tx, claim, plan, reason);
-        if (failed) await count('oncely_outbox_total', [row.topic, plan.dead ? 'dead_lettered' : 'retried']);
-        return failed;
-      });
-    }
-    held.stop();
+  /** Marks each claimed row as its delivery ended, fenced, in one transaction; counts once per topic and outcome. */
+  private settle(claimed: Claim<OutboxRow>[], delivered: PromiseSettledResult<void>[]): Promise<void> {
     return this.totals.transaction(async (tx, { count }) => {
-      const completed = await this.work.complete(tx, claim, 'delivered', { delivered_at: Date.now() });
-      if (completed) await count('oncely_outbox_total', [row.topic, 'delivered']);
-      return completed;
+      const tally = new Map<string, { topic: string; outcome: string; n: number }>();
+      const now = Date.now();
+      for (const [i, claim] of claimed.entries()) {
+        const result = delivered[i] as PromiseSettledResult<void>;
+        let outcome: string;
+        if (result.status === 'fulfilled') {
+          if (!(await this.work.complete(tx, claim, 'delivered', { delivered_at: now }))) continue;
+          outcome = 'delivered';
+        } else {
+          const reason = result.reason instanceof Error ? result.reason.message : String(result.reason);
+          const plan = this.work.plan(claim, now);
+          if (!(await this.work.fail(tx, claim, plan, reason))) continue;
+          outcome = plan.dead ? 'dead_lettered' : 'retried';
+        }
+        const key = `${claim.row.topic}\n${outcome}`;
+        const entry = tally.get(key) ?? { topic: claim.row.topic, outcome, n: 0 };
+        entry.n++;
+        tally.set(key, entry);
+      }
+      for (const { topic, outcome, n } of tally.values()) await count('oncely_outbox_total', [topic, outcome], n);
     });
   }
 

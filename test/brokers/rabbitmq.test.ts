@@ -176,7 +176,11 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
         await enqueue(tx, 'out-1', queue, { orderId: 'O1' });
         await enqueue(tx, 'out-2', nowhere, { orderId: 'O2' });
       });
-      const relay = new OutboxRelay(db, { target, baseDelayMs: 60_000 });
+      expect(() => new OutboxRelay(db, { target, inFlight: 0 })).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+      );
+      // Both published side by side, then settled in one transaction: one confirmed, one returned unroutable.
+      const relay = new OutboxRelay(db, { target, baseDelayMs: 60_000, inFlight: 32 });
       expect(await relay.deliverDue()).toBe(2);
       await target.close();
       const rows = await db.all<{ id: string; status: string; last_error: string | null }>(
