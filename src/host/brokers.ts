@@ -14,6 +14,14 @@ import type { OutboxTarget } from './outbox.js';
 /** The outbox route that names the app's own consumers (beside broker target names). */
 export const CONSUMERS = 'consumers';
 
+// Without an app logger a broker's changes of state and refused messages still reach whoever runs
+// the host: one line each on stderr.
+const STDERR: OncelyLogger = {
+  info: (fields, message) => void process.stderr.write(`${message} ${JSON.stringify(fields)}\n`),
+  warn: (fields, message) => void process.stderr.write(`${message} ${JSON.stringify(fields)}\n`),
+  error: (fields, message) => void process.stderr.write(`${message} ${JSON.stringify(fields)}\n`),
+};
+
 /** What `GET /v1/brokers` answers: each source's and target's state, and lag where the broker tells it. */
 export interface BrokerStatus {
   sources: Record<string, SourceStatus>;
@@ -39,6 +47,7 @@ export async function hostBrokers(
   config: HostConfig,
   deps: { db: Db; events: EventIntake; consumers: OutboxTarget; logger?: OncelyLogger },
 ): Promise<HostBrokers> {
+  const logger = deps.logger ?? STDERR;
   const sourceConfigs = Object.entries(config.brokers ?? {});
   const targetConfigs = Object.entries(config.targets ?? {});
   for (const [name] of sourceConfigs) {
@@ -63,16 +72,12 @@ export async function hostBrokers(
 
   const inboxes: Inbox[] = await Promise.all(
     sourceConfigs.map(async ([name, source]) =>
-      eventInbox(await createSource(name, source, deps.logger), {
-        db: deps.db,
-        events: deps.events,
-        logger: deps.logger,
-      }),
+      eventInbox(await createSource(name, source, logger), { db: deps.db, events: deps.events, logger }),
     ),
   );
   const targets = new Map<string, BrokerTarget>(
     await Promise.all(
-      targetConfigs.map(async ([name, target]) => [name, await createTarget(name, target, deps.logger)] as const),
+      targetConfigs.map(async ([name, target]) => [name, await createTarget(name, target, logger)] as const),
     ),
   );
   const status = (of: Iterable<[string, { status(): SourceStatus }]>) =>
