@@ -14,7 +14,7 @@ import type { Oncely, RunRequest } from '../engine/engine.js';
 import { errorText } from '../host/failure-log.js';
 import type { BrokerMessage, BrokerSource, SourceStatus } from './types.js';
 
-/** What the inbox needs of the event queue: `EventQueue.intake` with a transaction. */
+/** What the inbox needs of the event queue: `EventQueue.intake` with a transaction, and `intakeMany` where it has it. */
 export interface EventIntake {
   intake(
     source: string,
@@ -23,6 +23,12 @@ export interface EventIntake {
     data: unknown,
     tx: Sql,
   ): Promise<'accepted' | 'duplicate' | 'conflict'>;
+  /** `EventQueue.intakeMany`: a whole batch in the transaction, its outcomes in order. */
+  intakeMany?(
+    source: string,
+    events: readonly { id: string; type: string; data: unknown }[],
+    tx: Sql,
+  ): Promise<('accepted' | 'duplicate' | 'conflict')[]>;
 }
 
 /** How many messages of one batch ended each way. */
@@ -107,6 +113,13 @@ export async function intakeBatch(
       // redelivery beside a copy), or counter rows, in different orders would deadlock each other.
       if (tx.dialect === 'postgres')
         await tx.run("SELECT pg_advisory_xact_lock(hashtextextended('oncely.inbox:' || ?, 0))", [name]);
+      // The event queue stores a batch with a few statements in all (intakeMany); another intake, one by one.
+      if (events.intakeMany)
+        return events.intakeMany(
+          name,
+          keyed.map(({ message, id }) => ({ id, type: message.type, data: message.data })),
+          tx,
+        );
       const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
       for (const { message, id } of keyed) out.push(await events.intake(name, id, message.type, message.data, tx));
       return out;

@@ -127,6 +127,26 @@ export const readBodyHash = (source: string, eventId: string): Statement => ({
   values: [source, eventId],
 });
 
+/** Stores several events in one statement, each unless (source, event_id) is stored; answers the ids it inserted. */
+export const insertEvents = (
+  source: string,
+  events: readonly { id: string; type: string; payload: string; hash: string }[],
+  now: number,
+): Statement => ({
+  text: `INSERT INTO oncely_events
+  (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at)
+  VALUES ${events.map(() => "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)").join(', ')}
+  ON CONFLICT (source, event_id) DO NOTHING RETURNING event_id`,
+  values: events.flatMap((e) => [source, e.id, e.type, e.payload, e.hash, now, now, now]),
+});
+
+/** The stored type and body hash (or payload, for rows stored before body_hash) of several events of a source. */
+export const readBodyHashes = (source: string, eventIds: readonly string[]): Statement => ({
+  text: `SELECT event_id, type, body_hash, CASE WHEN body_hash IS NULL THEN payload END AS payload
+  FROM oncely_events WHERE source = ? AND event_id IN (${eventIds.map(() => '?').join(', ')})`,
+  values: [source, ...eventIds],
+});
+
 /** A claimed row as the claim returns it. */
 export interface ClaimedRow {
   source: string;

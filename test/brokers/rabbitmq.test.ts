@@ -74,7 +74,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       return admin.count(queue);
     };
 
-    it('stores the same message id once, published twice and again after it was stored; every copy acked', async () => {
+    it('stores the same message id once, published twice and again after it was stored, another body a conflict; every copy acked', async () => {
       await admin.publish(queue, { orderId: 'A' }, { messageId: 'evt-1', type: 'order.paid' });
       await admin.publish(queue, { orderId: 'A' }, { messageId: 'evt-1', type: 'order.paid' });
       await admin.publish(queue, { orderId: 'B' }, { messageId: 'evt-2' });
@@ -85,8 +85,12 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       });
       await admin.publish(queue, { orderId: 'A' }, { messageId: 'evt-1', type: 'order.paid' });
       await until('the late copy taken', async () => (await events.stats()).duplicate === 2);
+      // The same id with another body, twice in one batch: conflicts, the first body kept.
+      await admin.publish(queue, { orderId: 'other' }, { messageId: 'evt-2' });
+      await admin.publish(queue, { orderId: 'other' }, { messageId: 'evt-2' });
+      await until('the conflicts taken', async () => (await events.stats()).conflict === 2);
       const stats = await events.stats();
-      expect([stats.accepted, stats.duplicate, stats.conflict]).toEqual([2, 2, 0]);
+      expect([stats.accepted, stats.duplicate, stats.conflict]).toEqual([2, 2, 2]);
       // The type comes from the `type` property, else the routing key (the queue's name on the default exchange).
       expect(await stored()).toEqual([
         { event_id: 'evt-1', type: 'order.paid', payload: '{"orderId":"A"}' },
