@@ -90,7 +90,15 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     const consumer = app.consumers.get(`${source}/${type}`);
     return consumer && bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows });
   };
-  const events = new EventQueue(db, { consumerFor, ...app.config.events, logger, observer, totals });
+  const events = new EventQueue(db, {
+    consumerFor,
+    ...app.config.events,
+    logger,
+    observer,
+    totals,
+    // With a logger a conflict is its decision line; without one, the queue's own console line.
+    ...(logger ? { onConflict: () => undefined } : {}),
+  });
   // The app's own consumers, with the outbox id as the event id: every topic's target unless routed elsewhere.
   const consumers = {
     deliver: async (m: OutboxMessage) => void (await events.intake('outbox', m.id, m.topic, m.payload)),
