@@ -5,7 +5,7 @@
  * (`GET /v1/stats`, the same after a restart), in `GET /metrics` as Prometheus parses it; the
  * decision lines and hook events; the trace and request ids of invocations; spans.
  */
-import { SpanStatusCode } from '@opentelemetry/api';
+import { SpanStatusCode, trace } from '@opentelemetry/api';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { DecisionEvent, OncelyLogger } from '../../src/core/observer.js';
@@ -44,6 +44,8 @@ function mixApp(
           made++;
           const { id } = input as { id: string };
           await ctx.outbox.enqueue('thing.made', { id });
+          // A span of the app's own: a child of the engine's execute span (none without a provider).
+          trace.getTracer('test-app').startSpan('app.work').end();
           ctx.log.info({ id }, 'thing made');
           return { id, made, traceId: ctx.traceId, requestId: ctx.requestId };
         },
@@ -352,6 +354,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
         expect(execute?.spanContext().traceId).toBe(parent);
         expect(execute?.parentSpanContext?.spanId).toBe('00f067aa0ba902b7');
         expect(execute?.attributes).toMatchObject({ 'oncely.surface': 'handler', 'oncely.outcome': 'executed' });
+        const work = spans.find((s) => s.name === 'app.work');
+        expect([work?.spanContext().traceId, work?.parentSpanContext?.spanId]).toEqual([
+          parent,
+          execute?.spanContext().spanId,
+        ]);
         const intake = spans.filter((s) => s.name === 'oncely.intake');
         expect(intake.map((s) => [s.spanContext().traceId, s.parentSpanContext?.spanId, s.attributes])).toEqual([
           [
