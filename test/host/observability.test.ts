@@ -9,6 +9,7 @@ import { SpanStatusCode, trace } from '@opentelemetry/api';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { DecisionEvent, OncelyLogger } from '../../src/core/observer.js';
+import { defineFlow } from '../../src/flows/define.js';
 import type { HostStats } from '../../src/host/stats.js';
 import { capture, installTracing, type LogLine } from '../engine/support/observe.js';
 import { hostTargets, type RunningHost, startHost, type TestApp } from '../support/host-app.js';
@@ -447,6 +448,37 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
       await h.host.totals.flush();
       expect(await written()).toEqual({ ...before, 'handler|POST things.fail|released': 1 });
       expect(h.host.metrics.sum('oncely_calls_total')).toBe(4);
+    });
+
+    it("counts the host's flows into its totals: the compensation success rate in /v1/stats", async () => {
+      const undone: string[] = [];
+      const order = defineFlow('order', { seed: ['id'] }, async (run, input: { id: string }) => {
+        await run.step('charge', () => `ch-${input.id}`, { compensate: (charge) => void undone.push(String(charge)) });
+        await run.step(
+          'ship',
+          () => {
+            throw new Error('no courier');
+          },
+          { retry: { attempts: 1 } },
+        );
+      });
+      const h = await startHost(makeTarget(), {
+        config: {},
+        flows: [order],
+        handlers: {
+          'orders.place': { handle: (input, ctx) => ctx.flows.start(order, input as { id: string }) },
+        },
+      });
+      running.push(h);
+      const placed = await h.invoke('orders.place', { id: 'o1' }, { 'idempotency-key': 'p1' });
+      const { workflowId } = placed.body.data as { workflowId: string };
+      for (let i = 0; i < 500 && (await h.host.flows?.get(workflowId))?.status !== 'failed'; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      expect(undone).toEqual(['ch-o1']);
+      const stats = await statsOf(h.base);
+      expect(countersOf(stats).oncely_flows_total).toEqual({ 'order|started': 1, 'order|failed': 1 });
+      expect(countersOf(stats).oncely_flow_compensations_total).toEqual({ 'order|succeeded': 1 });
+      expect(stats.rates.compensationSuccess).toEqual({ value: 1, target: 1 });
     });
 
     it('refuses a malformed Oncely-Trace-Id with TRACE_ID_INVALID, in the envelope with a request id', async () => {

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
+import type { AnyFlow } from '../../src/flows/define.js';
 import type { App, ConsumerModule, HandlerModule } from '../../src/host/app.js';
 import type { HostConfig } from '../../src/host/config.js';
 import { createHost, type Host } from '../../src/host/host.js';
@@ -28,6 +29,7 @@ export interface TestApp {
   schemaSql?: string;
   handlers?: Record<string, HandlerModule>;
   consumers?: Record<string, ConsumerModule>;
+  flows?: AnyFlow[];
 }
 
 /** A started host of a test app, with helpers to call it and read its database. */
@@ -59,7 +61,7 @@ export async function startHost(
     schemaSql: app.schemaSql ?? '',
     handlers: new Map(Object.entries(app.handlers ?? {})),
     consumers: new Map(Object.entries(app.consumers ?? {})),
-    flows: [],
+    flows: app.flows ?? [],
   };
   const host = await createHost(loaded, db, recordStoreFor(db));
   await host.migrate();
