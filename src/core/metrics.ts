@@ -17,16 +17,18 @@ export type Surface = 'engine' | 'http' | 'handler' | 'consumer' | 'tool' | 'flo
  * failed_stored (ran, failed, failure stored), lease_lost (ran, claim taken meanwhile), unknown
  * (refused: outcome unknown under 'hold'), store_unavailable (the store failed, before or after running).
  */
-export type CallOutcome =
-  | 'executed'
-  | 'replayed'
-  | 'in_progress'
-  | 'key_reused'
-  | 'released'
-  | 'failed_stored'
-  | 'lease_lost'
-  | 'unknown'
-  | 'store_unavailable';
+export const CALL_OUTCOMES = [
+  'executed',
+  'replayed',
+  'in_progress',
+  'key_reused',
+  'released',
+  'failed_stored',
+  'lease_lost',
+  'unknown',
+  'store_unavailable',
+] as const;
+export type CallOutcome = (typeof CALL_OUTCOMES)[number];
 
 /** Seconds buckets of the duration histograms: a replay takes microseconds, an execution up to its lease. */
 export const DURATION_BUCKETS = [

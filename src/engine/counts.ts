@@ -1,16 +1,11 @@
-import { type CallOutcome, type Metrics, observeInto, type Series, type Surface } from '../core/metrics.js';
-
-const OUTCOMES: readonly CallOutcome[] = [
-  'executed',
-  'replayed',
-  'in_progress',
-  'key_reused',
-  'released',
-  'failed_stored',
-  'lease_lost',
-  'unknown',
-  'store_unavailable',
-];
+import {
+  CALL_OUTCOMES,
+  type CallOutcome,
+  type Metrics,
+  observeInto,
+  type Series,
+  type Surface,
+} from '../core/metrics.js';
 
 /** The series one (surface, action) counts into, looked up once: a call then only adds. */
 interface ActionSeries {
@@ -72,7 +67,7 @@ export class CallCounts {
       const m = this.metrics;
       const labels = [surface, action];
       const calls = {} as Record<CallOutcome, Series>;
-      for (const outcome of OUTCOMES) calls[outcome] = m.series('oncely_calls_total', [surface, action, outcome]);
+      for (const outcome of CALL_OUTCOMES) calls[outcome] = m.series('oncely_calls_total', [surface, action, outcome]);
       s = {
         calls,
         hits: m.series('oncely_key_hits_total', labels),

@@ -7,7 +7,7 @@
  * by a transaction not yet settled, is accounted, and every writer takes only the difference.
  */
 import {
-  type CallOutcome,
+  CALL_OUTCOMES,
   type CounterName,
   METRICS,
   type MetricName,
@@ -38,19 +38,6 @@ const FLUSH_MS = 1000;
 const COUNTERS = (Object.keys(METRICS) as MetricName[]).filter(
   (name): name is CounterName => METRICS[name].type === 'counter',
 );
-// Every outcome the engine counts a call as (CallOutcome, as engine/counts.ts lists them); one missing
-// here would only reach the database at the next flush instead of with its transaction.
-const CALL_OUTCOMES: readonly CallOutcome[] = [
-  'executed',
-  'replayed',
-  'in_progress',
-  'key_reused',
-  'released',
-  'failed_stored',
-  'lease_lost',
-  'unknown',
-  'store_unavailable',
-];
 
 /** The series the engine counts a call of (surface, action) in, each looked up by its labels. */
 function engineSeries(surface: Surface, action: string): [CounterName, readonly string[]][] {
