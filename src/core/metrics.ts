@@ -85,7 +85,7 @@ export const METRICS = {
   },
   oncely_outbox_total: {
     type: 'counter',
-    help: 'Outbox messages by outcome: enqueued, delivered, retried, dead_lettered',
+    help: 'Outbox messages by outcome: enqueued, delivered, retried (the relay retries a message until it is delivered)',
     labels: ['topic', 'outcome'],
   },
   oncely_flows_total: {
