@@ -26,7 +26,7 @@ interface AmqpChannel {
     options: { noAck: boolean },
   ): Promise<{ consumerTag: string }>;
   cancel(tag: string): Promise<unknown>;
-  ack(message: AmqpMessage): void;
+  ack(message: AmqpMessage, allUpTo?: boolean): void;
   nack(message: AmqpMessage, allUpTo: boolean, requeue: boolean): void;
   publish(
     exchange: string,
@@ -182,7 +182,8 @@ class RabbitSource implements BrokerSource {
       this.life.lag = info.messageCount;
       await channel.prefetch(this.capacity);
       if (this.stopped) return;
-      await channel.consume(queue, (message) => this.receive(channel, message), { noAck: false });
+      const acks = new ChannelAcks(channel);
+      await channel.consume(queue, (message) => this.receive(channel, acks, message), { noAck: false });
       this.life.set('connected');
     } catch (error) {
       await connection.close().catch(() => {});
@@ -193,9 +194,10 @@ class RabbitSource implements BrokerSource {
     await ended;
   }
 
-  private receive(channel: AmqpChannel, message: AmqpMessage | null): void {
+  private receive(channel: AmqpChannel, acks: ChannelAcks, message: AmqpMessage | null): void {
     // null: the broker cancelled the consumer (the queue was deleted); a new session consumes again.
     if (message === null) return void channel.close().catch(() => {});
+    acks.delivered(message);
     let data: unknown;
     try {
       data = JSON.parse(message.content.toString('utf8'));
@@ -204,16 +206,16 @@ class RabbitSource implements BrokerSource {
         { source: this.name, queue: this.options.queue },
         `oncely rabbitmq source ${this.name}: a body that is not JSON is rejected (to the queue's dead-letter exchange, if any)`,
       );
-      return void settle(() => channel.nack(message, false, false));
+      return void acks.nack(message, false);
     }
     this.feed?.push([
       {
         id: idOf(message, data, this.options.id ?? 'message-id'),
         type: typeOf(message, this.options.type ?? 'type'),
         data,
-        ack: () => settle(() => channel.ack(message)),
-        retry: () => settle(() => channel.nack(message, false, true)),
-        reject: () => settle(() => channel.nack(message, false, false)),
+        ack: async () => acks.ack(message),
+        retry: async () => acks.nack(message, true),
+        reject: async () => acks.nack(message, false),
       },
     ]);
     this.refreshLag(channel);
@@ -233,11 +235,64 @@ class RabbitSource implements BrokerSource {
   }
 }
 
-// An ack on a channel that closed meanwhile cannot be sent: the broker requeued the message
-// already, and its redelivery is answered as a duplicate. So a closed channel is not an error here.
-async function settle(send: () => void): Promise<void> {
+/**
+ * The settlements of one channel's deliveries. Acks given in one turn go out together: the acked
+ * prefix of the deliveries still open (in delivery order) as one `basic.ack` with `multiple`, the
+ * rest one by one; a batch's acks are one frame instead of one each. An ack or nack on a channel
+ * that closed meanwhile cannot be sent: the broker requeued the message already, and its
+ * redelivery is answered as a duplicate. So a closed channel is not an error here.
+ */
+class ChannelAcks {
+  // Delivered and not yet settled towards the broker, in delivery order.
+  private readonly open: AmqpMessage[] = [];
+  private readonly acked = new Set<AmqpMessage>();
+  private scheduled = false;
+
+  constructor(private readonly channel: AmqpChannel) {}
+
+  delivered(message: AmqpMessage): void {
+    this.open.push(message);
+  }
+
+  ack(message: AmqpMessage): void {
+    this.acked.add(message);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    queueMicrotask(() => this.flush());
+  }
+
+  nack(message: AmqpMessage, requeue: boolean): void {
+    this.forget(message);
+    send(() => this.channel.nack(message, false, requeue));
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    let upTo: AmqpMessage | undefined;
+    while (this.open.length > 0 && this.acked.has(this.open[0] as AmqpMessage)) {
+      upTo = this.open.shift() as AmqpMessage;
+      this.acked.delete(upTo);
+    }
+    if (upTo) {
+      const last = upTo;
+      send(() => this.channel.ack(last, true));
+    }
+    for (const message of this.acked) {
+      this.forget(message);
+      send(() => this.channel.ack(message));
+    }
+    this.acked.clear();
+  }
+
+  private forget(message: AmqpMessage): void {
+    const at = this.open.indexOf(message);
+    if (at >= 0) this.open.splice(at, 1);
+  }
+}
+
+function send(settle: () => void): void {
   try {
-    send();
+    settle();
   } catch {}
 }
 
