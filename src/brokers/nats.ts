@@ -35,11 +35,22 @@ function clients(): Promise<Clients> {
   return loaded;
 }
 
-// The client's own reconnects run first (every 250 ms, for ever); keepConnected takes over only
-// when the connection closed for good or never opened.
+// The client's own reconnects run first, for ever, each after a full-jitter delay that grows
+// with the attempts since the connection was last up; keepConnected takes over only when the
+// connection closed for good or never opened.
 async function open(servers: string | string[], name: string): Promise<NatsConnection> {
   const { nats } = await clients();
-  return nats.connect({ servers, name, maxReconnectAttempts: -1, reconnectTimeWait: 250, reconnectJitter: 100 });
+  let attempts = 0;
+  const connection = await nats.connect({
+    servers,
+    name,
+    maxReconnectAttempts: -1,
+    reconnectDelayHandler: () => backoffDelay(++attempts, 100, 5_000),
+  });
+  void (async () => {
+    for await (const status of connection.status()) if (status.type === 'reconnect') attempts = 0;
+  })();
+  return connection;
 }
 
 /** Where a NATS source reads a message's event id: the `Nats-Msg-Id` header (default), another header, or a body field. */
