@@ -136,6 +136,29 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       expect(await leftAfterStop(inbox)).toBe(0);
     });
 
+    it('acks a batch as one prefix without acking a message given back or rejected among them', async () => {
+      for (const id of ['m-1', 'm-2', 'm-3', 'm-4', 'm-5']) await admin.publish(queue, { id }, { messageId: id });
+      const seen: string[] = [];
+      const source = rabbitmqSource(sourceOptions());
+      await source.start(async (batch) => {
+        for (const message of batch) {
+          seen.push(message.id as string);
+          // m-2 is given back the first time, m-4 rejected; the rest acked around them.
+          if (message.id === 'm-2' && seen.filter((id) => id === 'm-2').length === 1) await message.retry();
+          else if (message.id === 'm-4') await message.reject('refused by the test');
+          else await message.ack();
+        }
+      });
+      await until('m-2 again', () => seen.filter((id) => id === 'm-2').length === 2);
+      await source.stop();
+      expect(seen.filter((id) => id !== 'm-2').sort()).toEqual(['m-1', 'm-3', 'm-4', 'm-5']);
+      expect(await admin.count(queue)).toBe(0);
+      expect(await admin.count(`${queue}.dead`)).toBe(1);
+      const dead = await admin.get(`${queue}.dead`);
+      if (!dead) throw new Error('no dead letter');
+      expect(dead.properties.messageId).toBe('m-4');
+    });
+
     it('reconnects after the server closed its connection, logging each change of state once, and takes what came meanwhile', async () => {
       const { logger, lines } = keptLogger();
       const name = unique('src');
