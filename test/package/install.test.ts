@@ -24,6 +24,8 @@ const ENTRIES: Record<string, string | null> = {
   'oncely/agent': null,
   'oncely/agent/mcp': 'zod',
   'oncely/agent/ai-sdk': 'ai',
+  'oncely/prometheus': null, // prom-client is a dependency: `oncely serve` answers GET /metrics
+  'oncely/brokers': null, // each broker's client is imported when its source or target connects
 };
 /** What a user installs beside oncely to use every entry point (and to type-check with tsc). */
 const PEERS = ['pg', 'ioredis', 'express', 'fastify', 'zod', 'ai', '@modelcontextprotocol/sdk'];
@@ -65,6 +67,14 @@ describe('oncely installed from its tarball', () => {
     }
   });
 
+  it('lists every entry point of package.json', () => {
+    expect(Object.keys(ENTRIES).sort()).toEqual(
+      Object.keys(PKG.exports)
+        .map((e) => (e === '.' ? 'oncely' : `oncely/${e.slice(2)}`))
+        .sort(),
+    );
+  });
+
   it('imports every entry point that needs no peer with nothing else installed', async () => {
     const bare = Object.keys(ENTRIES).filter((e) => ENTRIES[e] === null);
     const script = bare.map((e) => `await import(${JSON.stringify(e)});`).join('\n');
@@ -90,9 +100,20 @@ describe('oncely installed from its tarball', () => {
     expect(first.stdout).toMatch(/^HTTP\/1\.1 200/);
     expect(first.stdout).not.toMatch(/idempotent-replayed/i);
     expect(second.stdout).toMatch(/idempotent-replayed: true/i);
-    const body = (out: string) => out.slice(out.indexOf('\r\n\r\n') + 4);
-    expect(body(second.stdout)).toBe(body(first.stdout));
-    expect(JSON.parse(body(first.stdout))).toEqual({ code: 0, data: { orderId: 'ORD-1', status: 'created' } });
+    const body = (out: string) => JSON.parse(out.slice(out.indexOf('\r\n\r\n') + 4));
+    const [one, two] = [body(first.stdout), body(second.stdout)];
+    expect(one).toMatchObject({ code: 0, data: { orderId: 'ORD-1', status: 'created' } });
+    // The replay is the stored answer: the same data and intent's trace id; each attempt has its own request id.
+    expect({ ...two, requestId: undefined }).toEqual({ ...one, requestId: undefined });
+    expect(two.requestId).not.toBe(one.requestId);
+    // prom-client came with the package: the host's metrics count the two calls.
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    expect(metrics).toMatch(
+      /oncely_calls_total\{surface="handler",action="POST orders\.create",outcome="executed"\} 1/,
+    );
+    expect(metrics).toMatch(
+      /oncely_calls_total\{surface="handler",action="POST orders\.create",outcome="replayed"\} 1/,
+    );
 
     // A signed webhook from `oncely sign`, delivered twice: accepted, then a duplicate.
     const event = '{"type":"payment.succeeded","data":{"orderId":"ORD-1","amountCents":4200}}';
