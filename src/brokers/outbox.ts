@@ -11,6 +11,8 @@ import type { BrokerTarget } from './types.js';
 
 /**
  * Creates (or upgrades) the outbox tables on `db` and returns a relay to `target`; call `start()`.
+ * A broker target pipelines its publishes, so the relay sends 32 rows side by side by default
+ * (`inFlight`), each marked after its own confirm.
  * @example
  * const relay = await brokerRelay(db, natsTarget({ subject: (topic) => `events.${topic}` }));
  * relay.start();
@@ -22,5 +24,5 @@ export async function brokerRelay(
   options: Omit<RelayOptions, 'target'> = {},
 ): Promise<OutboxRelay> {
   await migrate(db, outboxMigrations);
-  return new OutboxRelay(db, { ...options, target });
+  return new OutboxRelay(db, { inFlight: 32, ...options, target });
 }
