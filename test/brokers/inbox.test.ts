@@ -27,9 +27,9 @@ afterAll(async () => {
 describe('oncely/brokers', () => {
   it('loads no broker client until a source or target connects', async () => {
     const entry = fileURLToPath(new URL('../../src/brokers/index.ts', import.meta.url));
-    // A resolve hook that refuses the broker clients: importing the entry must not ask for them.
+    // A resolve hook that refuses the broker clients (NATS, amqplib, the Redis clients): importing the entry must not ask for them.
     const hook = `export async function resolve(specifier, context, next) {
-      if (/^(@nats-io\\/|amqplib$)/.test(specifier)) throw new Error('loaded ' + specifier);
+      if (/^(@nats-io\\/|amqplib$|ioredis$|redis$)/.test(specifier)) throw new Error('loaded ' + specifier);
       return next(specifier, context);
     }`;
     const register = `import { register } from 'node:module'; register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hook)}));`;
