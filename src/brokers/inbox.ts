@@ -23,6 +23,8 @@ export interface EventIntake {
     data: unknown,
     tx: Sql,
   ): Promise<'accepted' | 'duplicate' | 'conflict'>;
+  /** `EventQueue.wake`: called after the commit, so the stored events are claimed now, not at the next poll. */
+  wake?(): void;
   /** `EventQueue.intakeMany`: a whole batch in the transaction, its outcomes in order. */
   intakeMany?(
     source: string,
@@ -142,6 +144,7 @@ export async function intakeBatch(
   }
   // Committed: from here a crash before the ack gets the message again, answered as a duplicate.
   for (const outcome of outcomes) counts[outcome]++;
+  if (counts.accepted > 0) events.wake?.();
   await Promise.all(keyed.map(({ message }) => settle(message.ack(), logger, name)));
   return counts;
 }

@@ -337,7 +337,12 @@ export class EventQueue {
     }
   }
 
-  private wake(): void {
+  /**
+   * Claims due events now instead of at the next poll. An intake in a caller's transaction wakes
+   * the queue before that commits, when a claim may not see the rows yet: the caller wakes it again
+   * once committed (the broker inbox does).
+   */
+  wake(): void {
     this.woken = true;
     this.wakeUp?.();
   }
