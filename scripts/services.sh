@@ -3,8 +3,8 @@
 # they are down, and waits until they answer. The tests never skip a missing service: they fail, so this runs before them.
 set -euo pipefail
 
-wait_for() { # name, check command
-  for _ in $(seq 1 60); do
+wait_for() { # name, check command, [tries of 0.5 s, default 60]
+  for _ in $(seq 1 "${3:-60}"); do
     if eval "$2" >/dev/null 2>&1; then echo "services: $1 is up"; return 0; fi
     sleep 0.5
   done
@@ -39,4 +39,5 @@ if ! port_open 5672; then
   echo "services: starting RabbitMQ"
   rabbitmq-server -detached || true
 fi
-wait_for RabbitMQ "port_open 5672"
+# RabbitMQ boots the Erlang VM first: up to a minute on a loaded machine.
+wait_for RabbitMQ "port_open 5672" 120
