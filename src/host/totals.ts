@@ -29,8 +29,12 @@ export interface TotalSeries {
   value: number;
 }
 
-// Spreads PostgreSQL's increments over rows, so concurrent transactions do not queue on one row lock.
-const SHARDS = 16;
+// On PostgreSQL every statement writes rows of its own shard, drawn from this many: no two
+// transactions wait on (or deadlock over) a counter row, whatever order they count in. The
+// compaction folds them into shard 0, which only it writes.
+const SHARDS = 2 ** 31 - 1;
+// Rows one compaction statement folds: bounded, however far behind it is.
+const COMPACT_BATCH = 5_000;
 // Series per flush statement: bounded, however many actions and topics a process counted.
 const FLUSH_BATCH = 100;
 const FLUSH_MS = 1000;
@@ -235,6 +239,7 @@ export class Totals {
         throw error;
       }
     }
+    if (this.db.dialect === 'postgres') await compact(this.db);
   }
 }
 
@@ -260,6 +265,37 @@ async function upsert(sql: Sql, deltas: readonly Delta[]): Promise<void> {
   );
 }
 
+/** SQLite has one writer at a time, so one row per series; PostgreSQL gets a fresh shard per statement. */
 function shardOf(sql: Sql): number {
-  return sql.dialect === 'postgres' ? Math.floor(Math.random() * SHARDS) : 0;
+  return sql.dialect === 'postgres' ? 1 + Math.floor(Math.random() * (SHARDS - 1)) : 0;
+}
+
+/**
+ * Folds PostgreSQL's per-statement rows into shard 0, in bounded batches, in one process at a time
+ * (an advisory lock of the schema's table; a process that does not get it leaves the work to the
+ * holder). Readers sum every shard, and each batch moves rows in one transaction, so totals read
+ * the same before, during and after.
+ */
+async function compact(db: Db): Promise<void> {
+  for (;;) {
+    const moved = await db.transaction(async (tx) => {
+      const [lock] = await tx.all<{ locked: boolean }>(
+        "SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '.oncely_totals')) AS locked",
+      );
+      if (!lock?.locked) return 0;
+      const [row] = await tx.all<{ rows: number | string }>(
+        `WITH moved AS (
+           DELETE FROM oncely_totals WHERE ctid IN (SELECT ctid FROM oncely_totals WHERE shard <> 0 LIMIT ${COMPACT_BATCH})
+           RETURNING metric, labels, value
+         ), folded AS (
+           INSERT INTO oncely_totals (metric, labels, shard, value)
+           SELECT metric, labels, 0, SUM(value) FROM moved GROUP BY metric, labels
+           ${UPSERT_TAIL}
+         )
+         SELECT COUNT(*) AS rows FROM moved`,
+      );
+      return Number(row?.rows ?? 0);
+    });
+    if (moved < COMPACT_BATCH) return;
+  }
 }

@@ -254,3 +254,40 @@ for (const { name, target, cleanup } of hostTargets())
       expect((await totals.read()).oncely_outbox_total?.filter((t) => t.labels.topic === 't')).toHaveLength(1);
     });
   });
+
+describe('totals on PostgreSQL under concurrent transactions', () => {
+  it('never deadlocks transactions that count the same series in opposite orders, and compaction keeps every count', async () => {
+    const schema = freshSchema();
+    const db = await openDb(`${POSTGRES_URL}?schema=${schema}`, { poolSize: 8 });
+    try {
+      await new EventQueue(db, { consumerFor: () => undefined }).migrate();
+      const metrics = new Metrics();
+      const totals = new Totals(db, metrics);
+      const a = ['t', 'delivered'] as const;
+      const b = ['t', 'retried'] as const;
+      // Each transaction holds its first count's row while the other takes its own first: with
+      // shared counter rows, opposite orders deadlock (40P01) and one of them fails.
+      const tx = (first: readonly string[], second: readonly string[]) =>
+        totals.transaction(async (_tx, { count }) => {
+          await count('oncely_outbox_total', first);
+          await sleep(20);
+          await count('oncely_outbox_total', second);
+        });
+      const runs = Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? tx(a, b) : tx(b, a)));
+      const settled = await Promise.allSettled(runs);
+      expect(settled.filter((s) => s.status === 'rejected')).toEqual([]);
+      const rows = async () => Number((await db.all<{ n: string }>('SELECT COUNT(*) AS n FROM oncely_totals'))[0]?.n);
+      expect(await rows()).toBe(80);
+      await totals.flush();
+      // Folded into one row per series, the sums unchanged.
+      expect(await rows()).toBe(2);
+      expect((await totals.read()).oncely_outbox_total).toEqual([
+        { labels: { topic: 't', outcome: 'delivered' }, value: 40 },
+        { labels: { topic: 't', outcome: 'retried' }, value: 40 },
+      ]);
+    } finally {
+      await db.close();
+      await dropSchema(schema);
+    }
+  });
+});
