@@ -527,26 +527,13 @@ export class Oncely {
       value = await (track.span ? withSpan(track.span, () => fn(ctx)) : fn(ctx));
     } catch (error) {
       keeper?.stop();
-      if (storesError(options.onError, error)) {
-        track.outcome = 'failed_stored';
-        await this.complete(
-          record,
-          finished('failed', encodeError(error), options),
-          options,
-          tx,
-          keeper,
-          undefined,
-          error,
-          track,
-        );
-      } else {
-        track.outcome = 'released';
-        const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt: options.ttlMs };
-        // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
-        await this.store
-          .update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx, RELATIVE)
-          .catch(() => null);
-      }
+      if (storesError(options.onError, error)) return this.storeFailure(record, error, options, tx, keeper, track);
+      track.outcome = 'released';
+      const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt: options.ttlMs };
+      // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
+      await this.store
+        .update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx, RELATIVE)
+        .catch(() => null);
       throw error;
     }
     keeper?.stop();
@@ -556,8 +543,7 @@ export class Oncely {
     } catch (error) {
       // The effect happened; a result JSON cannot hold (a bigint, a cycle) is stored as a failure,
       // as a too-large one is, so retries replay the failure instead of running the effect again.
-      track.outcome = 'failed_stored';
-      return this.storeUnkeepable(record, error, options, tx, keeper, track);
+      return this.storeFailure(record, error, options, tx, keeper, track);
     }
     if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
       // The effect happened; storing it as a failure keeps it from happening again.
@@ -565,8 +551,7 @@ export class Oncely {
         'RESULT_TOO_LARGE',
         `result is larger than maxResultBytes (${options.maxResultBytes})`,
       );
-      track.outcome = 'failed_stored';
-      return this.storeUnkeepable(record, error, options, tx, keeper, track);
+      return this.storeFailure(record, error, options, tx, keeper, track);
     }
     const decoded = decodeValue<T>(result);
     const patch = finished('succeeded', result, options);
@@ -575,8 +560,11 @@ export class Oncely {
     return { value: decoded, replayed: false, record: done };
   }
 
-  /** Stores a result that cannot be kept (not JSON, too large) as the failure `error`, then throws it. */
-  private async storeUnkeepable(
+  /**
+   * Stores the failure `error` as the call's outcome, then throws it: a failure the policy keeps,
+   * or a result that cannot be kept (not JSON, too large) of an effect that happened.
+   */
+  private async storeFailure(
     record: StoredRecord,
     error: unknown,
     options: ResolvedOptions,
@@ -584,6 +572,7 @@ export class Oncely {
     keeper: LeaseKeeper | undefined,
     track: Track,
   ): Promise<never> {
+    track.outcome = 'failed_stored';
     await this.complete(
       record,
       finished('failed', encodeError(error), options),
