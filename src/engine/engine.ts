@@ -13,7 +13,7 @@ import {
 import { fingerprint } from '../core/fingerprint.js';
 import { type KeyPart, keyFrom, validateId, validateKey, validateName } from '../core/key.js';
 import type { CallOutcome, Surface } from '../core/metrics.js';
-import { type ObserveOptions, Observer } from '../core/observer.js';
+import { type DecisionEvent, type ObserveOptions, Observer } from '../core/observer.js';
 import {
   absoluteTimes as absolute,
   decide,
@@ -329,8 +329,8 @@ export class Oncely {
     this.counts.count(track, ms / 1000);
     const record = track.record;
     if (this.observer.listening) {
-      const failure = error === undefined || outcome === 'replayed' ? undefined : errorFields(error);
-      this.observer.decide({
+      // One literal of one shape every time (no spread): built on every call a hook listens to.
+      const event: DecisionEvent = {
         decision: outcome,
         surface,
         action,
@@ -341,8 +341,9 @@ export class Oncely {
         fence: record?.fence,
         attempt: record?.attempts,
         durationMs: ms,
-        ...(failure ? { error: failure } : {}),
-      });
+      };
+      if (error !== undefined && outcome !== 'replayed') event.error = errorFields(error);
+      this.observer.decide(event);
     }
     if (track.span) {
       if (outcome === 'replayed') track.span.updateName('oncely.replay');
