@@ -119,6 +119,7 @@ class RabbitSource implements BrokerSource {
   private feed: Feed | undefined;
   private stopped = true;
   private connection: AmqpConnection | undefined;
+  private channel: AmqpChannel | undefined;
   private loop: Promise<void> | undefined;
   private lagAt = 0;
 
@@ -153,6 +154,9 @@ class RabbitSource implements BrokerSource {
     this.stopped = true;
     this.pause.wake();
     await this.feed?.close();
+    // The channel first: its close-ok comes after the broker took the acks sent before it, where a
+    // connection's close (on channel 0) can overtake them and requeue what was just acked.
+    await this.channel?.close().catch(() => {});
     // Closing the connection ends the session; the broker requeues whatever was not acked.
     await this.connection?.close().catch(() => {});
     await this.loop;
@@ -173,6 +177,7 @@ class RabbitSource implements BrokerSource {
     });
     try {
       const channel = await connection.createChannel();
+      this.channel = channel;
       channel.on('error', () => {});
       channel.on('close', () => void connection.close().catch(() => {}));
       const { queue, declare } = this.options;
