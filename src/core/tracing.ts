@@ -29,6 +29,9 @@ export function tracingReady(): Promise<void> {
 }
 
 let globalTracer: Tracer | undefined;
+// The API's global provider, looked up once: every call of an untraced application asks it
+// whether a provider was registered since, and the lookup of the global costs more than asking.
+let globalProvider: Api.TracerProvider | undefined;
 
 /**
  * The tracer to use now: the one given, else the global provider's once one is registered, else
@@ -39,19 +42,20 @@ export function activeTracer(given: Tracer | false | undefined): Tracer | undefi
   if (given) return given;
   if (globalTracer) return globalTracer;
   if (!api) return undefined;
-  const provider = api.trace.getTracerProvider();
+  globalProvider ??= api.trace.getTracerProvider();
   // The global provider is a proxy until the application registers one; until then there is nothing to record.
   const delegate =
-    provider instanceof api.ProxyTracerProvider
-      ? provider.getDelegateTracer(TRACER_NAME)
-      : provider.getTracer(TRACER_NAME);
+    globalProvider instanceof api.ProxyTracerProvider
+      ? globalProvider.getDelegateTracer(TRACER_NAME)
+      : globalProvider.getTracer(TRACER_NAME);
   if (delegate) globalTracer = delegate;
   return delegate;
 }
 
-/** Forgets the global tracer found before (tests register and unregister providers). */
+/** Forgets the global tracer and provider found before (tests register and unregister providers). */
 export function resetTracing(): void {
   globalTracer = undefined;
+  globalProvider = undefined;
 }
 
 /**

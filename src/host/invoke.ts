@@ -4,6 +4,7 @@ import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
 import type { DecisionEvent, Observer } from '../core/observer.js';
 import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
+import { CallCounts } from '../engine/counts.js';
 import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
 import { IdempotencyGate } from '../http/gate.js';
@@ -74,12 +75,15 @@ export class Invoker {
   /** Keys running in this process, as (tenant, handler, key): their duplicates never wait for a connection. */
   private readonly running = new Set<string>();
   private readonly maxBodyBytes: number;
+  /** The engine's own counting, for the duplicates this host refuses before the engine sees them. */
+  private readonly counts: CallCounts;
 
   constructor(
     private readonly app: App,
     private readonly deps: InvokeDeps,
   ) {
     this.maxBodyBytes = byteLimit(app.config.maxBodyBytes, 'maxBodyBytes');
+    this.counts = new CallCounts(deps.totals.metrics);
     for (const [id, module] of app.handlers) {
       const declared = module.idempotency ?? {};
       const gate = new IdempotencyGate<Invocation>(
@@ -257,16 +261,14 @@ export class Invoker {
   }
 
   /**
-   * A duplicate of a key running now, refused before the engine sees it: counted as the engine
-   * counts its own in_progress refusals (a key hit, a duplicate intercepted), so the rates hold
-   * every duplicate of the host.
+   * A duplicate of a key running now, refused before the engine sees it: counted by the engine's
+   * own rule as an in_progress refusal that found the record, so the rates hold every duplicate
+   * of the host.
    */
   private refuseDuplicate(handler: Bound, tenant: string, key: string, ids: Ids): HttpResponse {
-    const { totals, observer } = this.deps;
+    const { observer } = this.deps;
     const { action } = handler;
-    totals.metrics.add('oncely_calls_total', ['handler', action, 'in_progress']);
-    totals.metrics.add('oncely_key_hits_total', ['handler', action]);
-    totals.metrics.add('oncely_duplicates_total', ['handler', action, 'true']);
+    this.counts.count({ surface: 'handler', action, outcome: 'in_progress', found: true, takenOver: false }, 0);
     if (observer.listening) {
       const decision: DecisionEvent = { decision: 'in_progress', surface: 'handler', action, key, tenant };
       decision.requestId = ids.requestId;

@@ -51,7 +51,7 @@ describe('oncely/brokers', () => {
       await source.start(async () => {});
       await new Promise((r) => setTimeout(r, 300));
       console.log(source.status().lastError);
-      process.exit(0);`;
+      await source.stop();`;
     expect((await run(connect)).stdout).toContain(
       "CONFIG_INVALID: a NATS source or target needs '@nats-io/transport-node'",
     );
