@@ -22,7 +22,7 @@ const RATE_NAMES = ['duplicateInterception', 'keyHit', 'staleDrop', 'compensatio
 
 /** Reads the totals and computes the four rates from them, one definition with a process's own: rates(). */
 export async function hostStats(totals: Totals): Promise<HostStats> {
-  const summed = await totals.rateTotals();
+  const { totals: series, rateTotals: summed } = await totals.summary();
   const now = rates(summed);
   const targets: Partial<Record<keyof Rates, number>> = RATE_TARGETS;
   return {
@@ -30,7 +30,7 @@ export async function hostStats(totals: Totals): Promise<HostStats> {
       RATE_NAMES.map((name) => [name, { value: now[name], target: targets[name] ?? null }]),
     ) as Record<keyof Rates, RateStat>,
     rateTotals: summed,
-    totals: await totals.read(),
+    totals: series,
   };
 }
 

@@ -178,21 +178,18 @@ export class Totals {
 
   /** Every counter's total series (labels by name), as summed over shards and processes. */
   async read(): Promise<Record<string, TotalSeries[]>> {
-    const totals: Record<string, TotalSeries[]> = {};
-    for (const { name, labels, value } of await this.rows()) {
-      const names = METRICS[name].labels as readonly string[];
-      const series = totals[name] ?? [];
-      series.push({ labels: Object.fromEntries(names.map((l, i) => [l, labels[i] ?? ''])), value });
-      totals[name] = series;
-    }
-    return totals;
+    return byName(await this.rows());
   }
 
-  /** The totals the four rates are computed from, one definition with the process's: rateTotals. */
-  async rateTotals(): Promise<RateTotals> {
+  /**
+   * Every total series and the totals the four rates are computed from (one definition with the
+   * process's: rateTotals), from one read of the table.
+   */
+  async summary(): Promise<{ totals: Record<string, TotalSeries[]>; rateTotals: RateTotals }> {
+    const rows = await this.rows();
     const summed = new Metrics();
-    for (const { name, labels, value } of await this.rows()) summed.add(name, labels, value);
-    return rateTotals(summed);
+    for (const { name, labels, value } of rows) summed.add(name, labels, value);
+    return { totals: byName(rows), rateTotals: rateTotals(summed) };
   }
 
   /** One counter's totals by the value of one of its labels. */
@@ -241,6 +238,20 @@ export class Totals {
     }
     if (this.db.dialect === 'postgres') await compact(this.db);
   }
+}
+
+/** Summed rows as series by metric, their labels by name. */
+function byName(
+  rows: readonly { name: CounterName; labels: string[]; value: number }[],
+): Record<string, TotalSeries[]> {
+  const totals: Record<string, TotalSeries[]> = {};
+  for (const { name, labels, value } of rows) {
+    const names = METRICS[name].labels as readonly string[];
+    const series = totals[name] ?? [];
+    series.push({ labels: Object.fromEntries(names.map((l, i) => [l, labels[i] ?? ''])), value });
+    totals[name] = series;
+  }
+  return totals;
 }
 
 /** The part of each series that nobody wrote or is writing, marked as being written. */
