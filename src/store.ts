@@ -1,4 +1,4 @@
-import type { RecordId, RecordState, StoredRecord } from './core/record.js';
+import type { RecordId, RecordState, Settlement, StoredRecord } from './core/record.js';
 
 /** The condition a conditional write checks: the record must still be as the writer last saw it. */
 export interface Expectation {
@@ -10,8 +10,10 @@ export interface Expectation {
   leaseUntil?: number | null;
 }
 
-/** Fields a conditional write may change. */
-export type RecordPatch = Partial<Omit<StoredRecord, 'tenant' | 'action' | 'key'>>;
+/** Fields a conditional write may change; a `settlement` of null removes the record's settlement. */
+export type RecordPatch = Partial<Omit<StoredRecord, 'tenant' | 'action' | 'key' | 'settlement'>> & {
+  settlement?: Settlement | null;
+};
 
 /** Outcome of an insert-if-absent. */
 export interface InsertResult {
@@ -33,6 +35,25 @@ export interface InsertResult {
  */
 export interface WriteOptions {
   relative?: boolean;
+}
+
+/** Which records `list` answers; every field given must hold. */
+export interface RecordQuery {
+  state?: RecordState;
+  tenant?: string;
+  action?: string;
+  /** Only records last written (`updatedAt`) at or before this epoch ms. */
+  updatedBefore?: number;
+  /** Most records in one page, 1 to 1,000. */
+  limit: number;
+  /** Where the previous page ended (its `cursor`); absent for the first page. */
+  cursor?: string;
+}
+
+/** One page of `list`: records in the store's order, and the cursor of the next page (null after the last). */
+export interface RecordPage {
+  records: StoredRecord[];
+  cursor: string | null;
 }
 
 /**
@@ -58,6 +79,13 @@ export interface RecordStore {
   ): Promise<number | null>;
   /** Reads one record, or null. */
   get(id: RecordId, tx?: unknown): Promise<StoredRecord | null>;
+  /**
+   * One page of the records matching `query`, in an order stable across pages (a record written
+   * between pages may be seen twice or not at all; none is skipped that stayed put). A cursor this
+   * store did not give is CURSOR_INVALID. Listing `unknown` or `in_progress` records never reads
+   * the whole store (SQL: an index on state; Redis: a set per state).
+   */
+  list(query: RecordQuery): Promise<RecordPage>;
   /** Deletes up to `limit` records that expired at or before `now` (never unknown or live ones); returns how many. */
   purgeExpired(now: number, limit: number): Promise<number>;
   /** Releases connections the store opened itself (never a pool or client the caller passed in). */

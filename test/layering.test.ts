@@ -18,7 +18,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['db'],
   ['sqlite', 'postgres', 'redis', 'work'],
   ['engine'],
-  ['http', 'express', 'fastify', 'hono', 'host', 'flows', 'agent', 'prometheus', 'brokers'],
+  ['http', 'express', 'fastify', 'hono', 'host', 'flows', 'agent', 'prometheus', 'brokers', 'ops'],
   ['cli', 'index.ts'],
 ];
 

@@ -40,6 +40,7 @@ export const ERRORS = {
     status: 409,
     meaning: '`resolve` on a record that is not unknown or stalled, or that changed meanwhile',
   },
+  CURSOR_INVALID: { status: 400, meaning: 'a `cursor` that is not one a listing gave' },
   CLOSED: { status: 500, meaning: 'the instance or store was closed' },
   ACTION_FAILED: { status: 500, meaning: 'a stored failure whose error had no code of its own, replayed' },
   // HTTP middleware
@@ -120,6 +121,15 @@ export const ERRORS = {
   APPROVAL_EXPIRED: { status: 410, meaning: 'the approval expired before it was decided' },
   APPROVER_REQUIRED: { status: 500, meaning: 'approved in the AI SDK, but no approver is configured to record who' },
   REJECTED: { status: 403, meaning: 'the approval was rejected; do not send' },
+  // Operations: the admin API
+  ADMIN_UNAUTHORIZED: {
+    status: 401,
+    meaning: 'an admin request without the bearer token of `ONCELY_ADMIN_TOKEN`, or with another one',
+  },
+  ADMIN_FORBIDDEN: {
+    status: 403,
+    meaning: 'an admin request from off this machine while no `ONCELY_ADMIN_TOKEN` is set',
+  },
 } as const satisfies Record<string, { status: number; meaning: string }>;
 
 /** Stable machine-readable codes carried by every error oncely throws: the keys of {@link ERRORS}. */

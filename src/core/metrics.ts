@@ -118,10 +118,31 @@ export const METRICS = {
     help: "Agent credit reservations by outcome: reserved, confirmed, released; tool '' for the sweep's releases",
     labels: ['tool', 'outcome'],
   },
+  oncely_reconciled_total: {
+    type: 'counter',
+    help: "Unknown or stalled records answered by a reconcile function or a person, by answer: value, error, retry (settled), unknown (left for later), failed (the function threw); settler 'reconciler' or 'person'",
+    labels: ['action', 'answer', 'settler'],
+  },
+  oncely_records_awaiting: {
+    type: 'gauge',
+    help: 'Unknown or stalled records whose action has no reconcile function, waiting for a person, as of the last reconcile pass',
+    labels: ['action', 'state'],
+  },
+  oncely_purged_total: {
+    type: 'counter',
+    help: 'Rows deleted by retention, by table',
+    labels: ['table'],
+  },
+  oncely_admin_actions_total: {
+    type: 'counter',
+    help: 'Admin API requests by action (records.resolve, events.replay, ...) and outcome: done, refused (bad input or a state that does not allow it), denied (no or a wrong token)',
+    labels: ['action', 'outcome'],
+  },
 } as const satisfies Record<string, MetricSpec>;
 
 export type MetricName = keyof typeof METRICS;
 export type CounterName = { [K in MetricName]: (typeof METRICS)[K]['type'] extends 'counter' ? K : never }[MetricName];
+export type GaugeName = { [K in MetricName]: (typeof METRICS)[K]['type'] extends 'gauge' ? K : never }[MetricName];
 export type HistogramName = {
   [K in MetricName]: (typeof METRICS)[K]['type'] extends 'histogram' ? K : never;
 }[MetricName];
@@ -152,6 +173,11 @@ export class Metrics {
   /** Adds `n` to the counter series of `labels` (values in the catalogue's label order). */
   add(name: CounterName, labels: readonly string[], n = 1): void {
     if (this.enabled) this.series(name, labels).value += n;
+  }
+
+  /** Sets the gauge series of `labels` to `value`. */
+  set(name: GaugeName, labels: readonly string[], value: number): void {
+    if (this.enabled) this.series(name, labels).value = value;
   }
 
   /** Records one duration in seconds. */

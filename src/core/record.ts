@@ -31,19 +31,39 @@ export interface StoredRecord extends RecordId {
   updatedAt: number;
   completedAt: number | null;
   expiresAt: number | null;
+  /** How an `unknown` or stalled record was settled, by a person or a reconciler; absent when it never was. */
+  settlement?: Settlement;
+}
+
+/**
+ * Who settled a record, when and with what answer: kept on the record, so an audit of a charge
+ * shows whether it finished by itself or was decided afterwards, and by whom.
+ */
+export interface Settlement {
+  /** 'reconciler' for the reconcile function of the action; else the person or token given (`resolve(..., { by })`). */
+  by: string;
+  /** Epoch ms, by the settler's clock. */
+  at: number;
+  /** The answer applied: a value stored, an error stored, or the key released for a retry. */
+  answer: 'value' | 'error' | 'retry';
+  /** Free text the settler gave (the downstream's reference, a ticket number). */
+  note?: string;
 }
 
 /** The fields of a record a caller may see; the raw stored result stays inside. */
 export type PublicRecord = Omit<StoredRecord, 'result'>;
 
-const NO_CHANGES: Partial<StoredRecord> = {};
+/** Fields written to a record; a `settlement` of null is one removed. */
+export type RecordChanges = Partial<Omit<StoredRecord, 'settlement'>> & { settlement?: Settlement | null };
+
+const NO_CHANGES: RecordChanges = {};
 
 // `changes` wins where it has a field (the id is never changed); a null in it is a value. Written out field by field: on
 // Node 20 `{ ...record, ...changes }` takes a slow path, and this runs once per execution.
 const pick = <T>(changed: T | undefined, stored: T): T => (changed !== undefined ? changed : stored);
 
 /** Strips the stored result from a record, as it is after `changes` were written to it. */
-export function publicRecord(record: StoredRecord, changes: Partial<StoredRecord> = NO_CHANGES): PublicRecord {
+export function publicRecord(record: StoredRecord, changes: RecordChanges = NO_CHANGES): PublicRecord {
   return {
     tenant: record.tenant,
     action: record.action,
@@ -58,7 +78,34 @@ export function publicRecord(record: StoredRecord, changes: Partial<StoredRecord
     updatedAt: pick(changes.updatedAt, record.updatedAt),
     completedAt: pick(changes.completedAt, record.completedAt),
     expiresAt: pick(changes.expiresAt, record.expiresAt),
+    ...settlementOf(changes.settlement !== undefined ? changes.settlement : record.settlement),
   };
+}
+
+// Absent rather than undefined: a record that was never settled has no such field at all.
+const NOT_SETTLED: { settlement?: Settlement } = {};
+const settlementOf = (settlement: Settlement | null | undefined): { settlement?: Settlement } =>
+  settlement ? { settlement } : NOT_SETTLED;
+
+/**
+ * A record's id as one line of text, `tenant/action/key`, each part percent-encoded (names and keys
+ * may hold '/'): what the CLI and the admin API take and print. Parts of plain characters read as they are.
+ */
+export function recordRef(id: RecordId): string {
+  return [id.tenant, id.action, id.key].map(encodeURIComponent).join('/');
+}
+
+/** Reads `recordRef`'s text back; null when it is not three non-empty, well-encoded parts. */
+export function parseRecordRef(text: string): RecordId | null {
+  const parts = text.split('/');
+  if (parts.length !== 3) return null;
+  try {
+    const [tenant, action, key] = parts.map(decodeURIComponent) as [string, string, string];
+    if (!tenant || !action || !key) return null;
+    return { tenant, action, key };
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -66,8 +113,9 @@ export function publicRecord(record: StoredRecord, changes: Partial<StoredRecord
  * absolute times. Field by field, undefined where the patch leaves a field alone (as
  * publicRecord reads it): no spread, which Node 20 makes slow, and this runs once per execution.
  */
-export function absoluteTimes(patch: Partial<StoredRecord>, now: number): Partial<StoredRecord> {
+export function absoluteTimes(patch: RecordChanges, now: number): RecordChanges {
   return {
+    settlement: patch.settlement,
     state: patch.state,
     fingerprint: patch.fingerprint,
     fence: patch.fence,

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sleep } from '../core/backoff.js';
+import { type Duration, toMs } from '../core/duration.js';
 import {
   InProgressError,
   InvalidArgumentError,
@@ -20,6 +21,7 @@ import {
   type PublicRecord,
   publicRecord,
   type RecordId,
+  type RecordState,
   type StoredRecord,
 } from '../core/record.js';
 import { endSpan, type Span, startSpan, tracingReady, withSpan } from '../core/tracing.js';
@@ -85,6 +87,40 @@ export interface WrapOptions<I> extends ActionOptions {
 
 /** How a person or reconciler settles an `unknown` record. */
 export type Resolution = { value: unknown } | { error: { name?: string; message: string; code?: string } } | 'retry';
+
+/** Options of `resolve`: the record's tenant, the TTL of what is stored, and who settles it. */
+export interface ResolveOptions {
+  tenant?: string;
+  ttl?: ActionOptions['ttl'];
+  /** Who settles it, kept on the record (`settlement.by`). Default 'person'. */
+  by?: string;
+  /** Free text kept with the settlement: the downstream's reference, a ticket number. */
+  note?: string;
+}
+
+/** Filters of `list`; all given must hold. With no tenant, every tenant's records are listed. */
+export interface ListOptions {
+  state?: RecordState;
+  action?: string;
+  tenant?: string;
+  /** Only records last written at least this long ago ('10m'). */
+  olderThan?: Duration;
+  /** Most records per page, 1 to 1,000. Default 100. */
+  limit?: number;
+  /** The `cursor` of the previous page. */
+  cursor?: string;
+}
+
+/** One page of `list`; pass `cursor` back for the next, null after the last. */
+export interface RecordList {
+  records: PublicRecord[];
+  cursor: string | null;
+}
+
+const LIST_LIMIT_DEFAULT = 100;
+const LIST_LIMIT_MAX = 1_000;
+const STATES: readonly RecordState[] = ['in_progress', 'succeeded', 'failed', 'released', 'unknown'];
+const SETTLER_MAX = 200;
 
 const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
@@ -203,16 +239,51 @@ export class Oncely {
     };
   }
 
-  /** Reads the record of a key in this (or the given) tenant, or null. */
+  /**
+   * Reads one record, or null: by action and key in this (or the given) tenant, or by its full id.
+   * @example await once.get('charge', 'ORD-1:charge'); await once.get({ tenant: 'acme', action: 'charge', key: 'ORD-1:charge' });
+   */
+  async get(id: RecordId, options?: { tx?: unknown }): Promise<PublicRecord | null>;
+  async get(action: string, key: string, options?: { tenant?: string; tx?: unknown }): Promise<PublicRecord | null>;
   async get(
-    action: string,
-    key: string,
-    options: { tenant?: string; tx?: unknown } = {},
+    first: string | RecordId,
+    second?: string | { tx?: unknown },
+    third: { tenant?: string; tx?: unknown } = {},
   ): Promise<PublicRecord | null> {
     this.assertOpen();
-    const id = this.recordId(action, key, options.tenant);
-    const record = await this.call(() => this.store.get(id, options.tx));
+    const [id, tx] =
+      typeof first === 'string'
+        ? [this.recordId(first, second as string, third.tenant), third.tx]
+        : [this.recordId(first?.action, first?.key, first?.tenant), (second as { tx?: unknown } | undefined)?.tx];
+    const record = await this.call(() => this.store.get(id, tx));
     return record && publicRecord(record);
+  }
+
+  /**
+   * One page of records matching the filters, across tenants unless one is named: what an
+   * operator looks for (`{ state: 'unknown' }`, stalled claims as `{ state: 'in_progress', olderThan: '5m' }`).
+   * @example for (let page = await once.list({ state: 'unknown' }); ; page = await once.list({ state: 'unknown', cursor: page.cursor })) { ...; if (!page.cursor) break; }
+   */
+  async list(options: ListOptions = {}): Promise<RecordList> {
+    this.assertOpen();
+    const { state, action, tenant, olderThan, cursor } = options;
+    const limit = options.limit ?? LIST_LIMIT_DEFAULT;
+    if (!Number.isInteger(limit) || limit < 1 || limit > LIST_LIMIT_MAX)
+      throw new InvalidArgumentError(`limit must be a whole number from 1 to ${LIST_LIMIT_MAX}`);
+    if (state !== undefined && !STATES.includes(state))
+      throw new InvalidArgumentError(`state must be one of ${STATES.join(', ')}`);
+    if (cursor !== undefined && (typeof cursor !== 'string' || cursor === ''))
+      throw new OncelyError('CURSOR_INVALID', 'cursor must be the cursor of a previous page');
+    const query = {
+      limit,
+      ...(state ? { state } : {}),
+      ...(action !== undefined ? { action: validateName(action, 'action') } : {}),
+      ...(tenant !== undefined ? { tenant: validateName(tenant, 'tenant') } : {}),
+      ...(olderThan !== undefined ? { updatedBefore: Date.now() - toMs(olderThan, 'olderThan') } : {}),
+      ...(cursor ? { cursor } : {}),
+    };
+    const page = await this.call(() => this.store.list(query));
+    return { records: page.records.map((record) => publicRecord(record)), cursor: page.cursor };
   }
 
   /**
@@ -223,10 +294,15 @@ export class Oncely {
     action: string,
     key: string,
     resolution: Resolution,
-    options: { tenant?: string; ttl?: ActionOptions['ttl'] } = {},
+    options: ResolveOptions = {},
   ): Promise<PublicRecord> {
     this.assertOpen();
     const id = this.recordId(action, key, options.tenant);
+    const by = options.by ?? 'person';
+    if (typeof by !== 'string' || by.trim() === '' || by.length > SETTLER_MAX)
+      throw new InvalidArgumentError(`by must name who settles the record, 1 to ${SETTLER_MAX} characters`);
+    if (options.note !== undefined && (typeof options.note !== 'string' || options.note.length > SETTLER_MAX * 5))
+      throw new InvalidArgumentError(`note must be text of at most ${SETTLER_MAX * 5} characters`);
     const resolved = resolveOptions(this.defaults, { ttl: options.ttl });
     const record = await this.call(() => this.store.get(id));
     if (!record) throw new OncelyError('NOT_FOUND', `no record for key "${key}" of action "${action}"`);
@@ -240,6 +316,8 @@ export class Oncely {
         },
       );
     const expiresAt = resolved.ttlMs;
+    const answer = resolution === 'retry' ? 'retry' : 'value' in resolution ? 'value' : 'error';
+    const settlement = { by, at: Date.now(), answer, ...(options.note ? { note: options.note } : {}) } as const;
     let patch: RecordPatch;
     if (resolution === 'retry') patch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt };
     else if ('value' in resolution)
@@ -260,6 +338,7 @@ export class Oncely {
         updatedAt: 0,
         expiresAt,
       };
+    patch.settlement = settlement;
     // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
     const applied = await this.call(() => this.store.update(id, expect, patch, undefined, RELATIVE));
@@ -470,7 +549,11 @@ export class Oncely {
             completedAt: null,
             expiresAt: fresh.expiresAt,
           };
-          if (!kept) patch.createdAt = 0;
+          // An expired key is a new intent: the settlement of the old one is not its own.
+          if (!kept) {
+            patch.createdAt = 0;
+            if (record.settlement) patch.settlement = null;
+          }
           const applied = await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE));
           if (applied !== null) {
             // The claim as stored: its times count from the store's clock when the write applied.
@@ -490,6 +573,7 @@ export class Oncely {
               completedAt: null,
               expiresAt: fresh.expiresAt === null ? null : applied + fresh.expiresAt,
             };
+            if (kept && record.settlement) claimed.settlement = record.settlement;
             // A lease that ran out is a holder that may have had its effect: this execution may be a second.
             if (kept && record.state === 'in_progress') this.tookOver(track, record);
             return this.execute(claimed, options, tx, fn, sent, track);
