@@ -35,7 +35,8 @@ export function schedule(
       .catch((error: unknown) => {
         const message = error instanceof Error ? error.message : String(error);
         if (options.logger) options.logger.error({ task: name, error: message }, `oncely: ${name} failed`);
-        else console.error(JSON.stringify({ level: 'error', task: name, error: message, msg: `oncely: ${name} failed` }));
+        else
+          console.error(JSON.stringify({ level: 'error', task: name, error: message, msg: `oncely: ${name} failed` }));
       })
       .finally(() => {
         running = undefined;
