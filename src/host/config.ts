@@ -2,6 +2,7 @@ import type { BrokerSourceConfig, BrokerTargetConfig } from '../brokers/config.j
 import type { Duration } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { DecisionEvent, OncelyLogger } from '../core/observer.js';
+import type { RetentionConfig } from '../ops/retention.js';
 import type { SourceConfig } from './webhooks.js';
 
 /** Limits of one webhook source, beside how it is read and verified. */
@@ -50,6 +51,19 @@ export interface HostConfig {
    * e.g. `{ 'order.paid': ['consumers', 'nats'] }`. A topic not listed goes to 'consumers'.
    */
   outbox?: Record<string, readonly string[]>;
+  /**
+   * How long finished rows are kept and how often `oncely serve` purges them (README "Retention"
+   * has the defaults); `false` stops the scheduled purges (`oncely purge` still runs).
+   */
+  retention?: RetentionConfig | false;
+  /**
+   * Effect tables and the columns (camelCase, as `ctx.store` names them) that name one business
+   * intent, e.g. `[{ table: 'ledger', by: ['orderId', 'kind'] }]`: the duplicate scan reports rows
+   * sharing them. An unknown table or column fails at start (TABLE_UNKNOWN, COLUMN_UNKNOWN).
+   */
+  effects?: { table: string; by: string[] }[];
+  /** How often `oncely serve` scans `effects` for residual duplicates (default every '24h'); false: only on demand. */
+  duplicateScan?: { every?: Duration } | false;
 }
 
 /**
