@@ -10,6 +10,8 @@ import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
 import { createFlows, type Flows } from '../flows/flows.js';
 import type { HttpResponse } from '../http/response.js';
+import { type PurgeReport, purge, retentionSettings } from '../ops/retention.js';
+import { type Scheduled, schedule } from '../ops/schedule.js';
 import type { RecordStore } from '../store.js';
 import type { App } from './app.js';
 import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
@@ -47,6 +49,8 @@ export interface Host {
   routes(base: string, dir?: string): RouteIndex;
   /** Applies oncely's tables and the app's schema.sql (once per version of the file). */
   migrate(): Promise<void>;
+  /** One retention pass (README "Retention"): removes finished rows past their retention, or counts them with `dryRun`. */
+  purge(options?: { dryRun?: boolean }): Promise<PurgeReport>;
   /** Listens on `port` (0 for any) and starts consumers and relay; resolves with the port. */
   start(port: number): Promise<number>;
   /** Graceful stop: no new requests or claims, in-flight work finishes, connections close. */
@@ -64,6 +68,8 @@ const APP_SCHEMA_DDL =
 /** Builds the host of a loaded app on a database. `store` is the engine's record store on that same database. */
 export async function createHost(app: App, db: Db, store: RecordStore, options: HostOptions = {}): Promise<Host> {
   validateSources(app.config);
+  // Checked now: a bad retention fails at start, not at the first scheduled purge an hour later.
+  const retention = retentionSettings(app.config.retention);
   // Source body limits by name, checked now: a bad one fails at start, not at the first webhook.
   const sourceLimits = new Map(
     Object.entries(app.config.sources ?? {}).map(([name, s]) => [
@@ -204,6 +210,9 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   };
 
   let server: ServerType | undefined;
+  let purges: Scheduled | undefined;
+  const purgeOnce = (options: { dryRun?: boolean } = {}) =>
+    purge(db, retention, { dryRun: options.dryRun, records: store, metrics });
   const migrate = async () => {
     const hash = createHash('sha256').update(app.schemaSql).digest('hex');
     await migrateRecords(store);
@@ -235,6 +244,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     brokers: () => brokers.status(),
     flows,
     migrate,
+    purge: purgeOnce,
     routes: (base, dir) => routeIndex(app, base, dir),
     async start(port) {
       if (!schema) await migrate();
@@ -243,6 +253,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       totals.start();
       await brokers.start();
       await flows?.startWorker();
+      if (retention.scheduled) purges = schedule('retention', retention.everyMs, () => purgeOnce(), { logger });
       return new Promise<number>((resolve, reject) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
         // A port in use is an answer for the person starting the host, not an unhandled 'error' event.
@@ -260,6 +271,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     },
     async stop() {
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+      // A purge under way ends its batch first: the database closes below.
+      await purges?.stop();
       await events.stop();
       await relay.stop();
       // After the relay (which delivers to the targets); the sources' batches in flight finish first.
