@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
+import { toMs } from '../core/duration.js';
 import { ERRORS, OncelyError } from '../core/errors.js';
 import { Metrics } from '../core/metrics.js';
 import { Observer } from '../core/observer.js';
@@ -10,6 +11,13 @@ import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
 import { createFlows, type Flows } from '../flows/flows.js';
 import type { HttpResponse } from '../http/response.js';
+import {
+  type DuplicateScan,
+  DuplicateScanner,
+  duplicatesMigrations,
+  resolveEffects,
+  type ScanTarget,
+} from '../ops/duplicates.js';
 import { type PurgeReport, purge, retentionSettings } from '../ops/retention.js';
 import { type Scheduled, schedule } from '../ops/schedule.js';
 import type { RecordStore } from '../store.js';
@@ -49,6 +57,8 @@ export interface Host {
   routes(base: string, dir?: string): RouteIndex;
   /** Applies oncely's tables and the app's schema.sql (once per version of the file). */
   migrate(): Promise<void>;
+  /** One residual-duplicate scan of the config's `effects` (README "Residual-duplicate scans"). */
+  scanDuplicates(): Promise<DuplicateScan>;
   /** One retention pass (README "Retention"): removes finished rows past their retention, or counts them with `dryRun`. */
   purge(options?: { dryRun?: boolean }): Promise<PurgeReport>;
   /** Listens on `port` (0 for any) and starts consumers and relay; resolves with the port. */
@@ -70,6 +80,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   validateSources(app.config);
   // Checked now: a bad retention fails at start, not at the first scheduled purge an hour later.
   const retention = retentionSettings(app.config.retention);
+  const { duplicateScan } = app.config;
+  const scanEveryMs = duplicateScan === false ? null : toMs(duplicateScan?.every ?? '24h', 'duplicateScan.every');
   // Source body limits by name, checked now: a bad one fails at start, not at the first webhook.
   const sourceLimits = new Map(
     Object.entries(app.config.sources ?? {}).map(([name, s]) => [
@@ -210,6 +222,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   };
 
   let server: ServerType | undefined;
+  // Resolved against the schema each migrate reads: statements name only tables and columns found there.
+  let effects: ScanTarget[] = [];
+  const scanner = new DuplicateScanner(db, totals, () => effects, { logger });
+  let scans: Scheduled | undefined;
   let purges: Scheduled | undefined;
   const purgeOnce = (options: { dryRun?: boolean } = {}) =>
     purge(db, retention, { dryRun: options.dryRun, records: store, metrics });
@@ -217,6 +233,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     const hash = createHash('sha256').update(app.schemaSql).digest('hex');
     await migrateRecords(store);
     await migrateTables(db, outboxMigrations);
+    await migrateTables(db, duplicatesMigrations);
     await db.transaction(async (tx) => {
       // One migrator at a time across processes: SQLite's write lock, PostgreSQL's advisory lock.
       await migrationLock(tx);
@@ -231,7 +248,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       checkStampColumns(await readSchema(tx, db.schema ? { schema: db.schema } : undefined));
     });
     await events.migrate();
-    schema = await readSchema(db, db.schema ? { schema: db.schema } : undefined);
+    const read = await readSchema(db, db.schema ? { schema: db.schema } : undefined);
+    // Before `schema` is set: a bad table or column fails the start, not the first scan a day later.
+    effects = resolveEffects(read, app.config.effects);
+    schema = read;
   };
   return {
     http,
@@ -244,6 +264,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     brokers: () => brokers.status(),
     flows,
     migrate,
+    scanDuplicates: async () => {
+      currentSchema();
+      return scanner.scan();
+    },
     purge: purgeOnce,
     routes: (base, dir) => routeIndex(app, base, dir),
     async start(port) {
@@ -254,6 +278,12 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       await brokers.start();
       await flows?.startWorker();
       if (retention.scheduled) purges = schedule('retention', retention.everyMs, () => purgeOnce(), { logger });
+      // The first scan soon after start: a process restarted more often than `every` still scans.
+      if (scanEveryMs !== null && effects.length > 0)
+        scans = schedule('duplicate scan', scanEveryMs, () => scanner.scan(), {
+          logger,
+          firstAfterMs: Math.min(scanEveryMs, 60_000),
+        });
       return new Promise<number>((resolve, reject) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
         // A port in use is an answer for the person starting the host, not an unhandled 'error' event.
@@ -271,6 +301,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     },
     async stop() {
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+      await scans?.stop();
       // A purge under way ends its batch first: the database closes below.
       await purges?.stop();
       await events.stop();
