@@ -109,6 +109,12 @@ export const ERRORS = {
   STEP_FAILED: { status: 500, meaning: 'a step failed for good (its retries exhausted, or `final`)' },
   STEP_ERROR: { status: 500, meaning: "a step's error that had no code of its own, as stored" },
   TIMEOUT: { status: 504, meaning: 'a flow did not finish within the time its result was awaited' },
+  FLOW_CANCELLED: { status: 409, meaning: 'a flow whose result was awaited was cancelled' },
+  FLOW_NOT_RETRYABLE: { status: 409, meaning: 'a retry of a flow that has not failed' },
+  FLOW_NOT_CANCELLABLE: {
+    status: 409,
+    meaning: 'a cancel of a flow that is not pending or waiting (running or finished)',
+  },
   // Agent tools
   TOOL_UNKNOWN: { status: 404, meaning: 'no tool of that name' },
   TOOL_FAILED: { status: 500, meaning: 'the tool threw an error that had no code of its own' },
@@ -119,6 +125,7 @@ export const ERRORS = {
     meaning: 'the intent awaits approval of other content; only the approved content can be sent',
   },
   APPROVAL_EXPIRED: { status: 410, meaning: 'the approval expired before it was decided' },
+  APPROVAL_DECIDED: { status: 409, meaning: 'an approve or reject of an approval decided already' },
   APPROVER_REQUIRED: { status: 500, meaning: 'approved in the AI SDK, but no approver is configured to record who' },
   REJECTED: { status: 403, meaning: 'the approval was rejected; do not send' },
   // Operations: the admin API
@@ -130,6 +137,7 @@ export const ERRORS = {
     status: 403,
     meaning: 'an admin request from off this machine while no `ONCELY_ADMIN_TOKEN` is set',
   },
+  NOT_REPLAYABLE: { status: 409, meaning: 'a replay of an event that is not dead-lettered' },
 } as const satisfies Record<string, { status: number; meaning: string }>;
 
 /** Stable machine-readable codes carried by every error oncely throws: the keys of {@link ERRORS}. */
