@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { appDir, withDir } from './dir.js';
 import { addFlowCommands, addHostCommands } from './host-commands.js';
+import { addPurgeCommand } from './purge.js';
 
 // Every command imports its modules inside its action: `oncely demo` or `--help` must not load the
 // host (hono, tsx), so each command works with exactly what it needs installed.
@@ -33,6 +34,7 @@ withDir(
 
 addHostCommands(program);
 addFlowCommands(program);
+addPurgeCommand(program);
 
 program.parseAsync().catch((error: unknown) => {
   // One line a user can act on; the stack is for `ONCELY_DEBUG=1`.
