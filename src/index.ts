@@ -42,4 +42,5 @@ export {
   type WrapOptions,
 } from './engine/engine.js';
 export type { ActionOptions, ErrorPolicy } from './engine/options.js';
+export type { Reconcile, ReconcileAnswer, ReconcileOptions, ReconcileReport } from './engine/reconcile.js';
 export type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from './store.js';

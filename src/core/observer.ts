@@ -68,6 +68,8 @@ const LOGGED: Record<string, Level> = {
   flow_failed: 'error',
   step_retried: 'warn',
   compensation_failed: 'error',
+  reconciled: 'info',
+  reconcile_failed: 'error',
 };
 
 /** The metrics, logger, hook and tracer of one surface, shared by everything it runs. */

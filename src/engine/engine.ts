@@ -32,6 +32,14 @@ import { CallCounts, type CountedCall, RAN } from './counts.js';
 import { LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
 import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
+import {
+  checkSettler,
+  type Reconcile,
+  type ReconcileOptions,
+  type ReconcileReport,
+  type Registered,
+  reconcilePass,
+} from './reconcile.js';
 
 /** Options of `createOncely`. */
 export interface OncelyOptions extends ObserveOptions {
@@ -47,6 +55,8 @@ export interface OncelyOptions extends ObserveOptions {
    * be replayed here until it expires. Calls inside a caller's transaction never use it.
    */
   replayCache?: number;
+  /** Reconcile functions by action, for `once.reconcile` (see also the `reconcile` option of `wrap` and `run`). */
+  reconcile?: Record<string, Reconcile>;
 }
 
 /** One business intent to run once. */
@@ -67,6 +77,8 @@ export interface RunRequest<I = unknown> extends ActionOptions {
   requestId?: string;
   /** What is calling, for metrics and decisions: the surfaces built on the engine set it. Default 'engine'. */
   surface?: Surface;
+  /** Asks the downstream about this action's unknown or stalled records; registered for the action on this instance. */
+  reconcile?: Reconcile;
 }
 
 /** What `run` returns: the value, whether it was replayed, and the record. */
@@ -83,6 +95,8 @@ export interface WrapOptions<I> extends ActionOptions {
   key: (input: I) => string | KeyPart[];
   /** The tenant of a call, fixed or from the input. */
   tenant?: string | ((input: I) => string);
+  /** Asks the downstream about this action's unknown or stalled records (`once.reconcile`). */
+  reconcile?: Reconcile;
 }
 
 /** How a person or reconciler settles an `unknown` record. */
@@ -120,7 +134,7 @@ export interface RecordList {
 const LIST_LIMIT_DEFAULT = 100;
 const LIST_LIMIT_MAX = 1_000;
 const STATES: readonly RecordState[] = ['in_progress', 'succeeded', 'failed', 'released', 'unknown'];
-const SETTLER_MAX = 200;
+const NOTE_MAX = 1_000;
 
 const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
@@ -181,6 +195,7 @@ export class Oncely {
   private readonly cache: ReplayCache | undefined;
   private readonly observer: Observer;
   private readonly counts: CallCounts;
+  private readonly reconcilers = new Map<string, Registered>();
   private closed = false;
 
   constructor(options: OncelyOptions) {
@@ -195,11 +210,56 @@ export class Oncely {
     this.cache = replayCache ? new ReplayCache(replayCache) : undefined;
     this.observer = new Observer(options);
     this.counts = new CallCounts(this.observer.metrics);
+    for (const [action, reconcile] of Object.entries(options.reconcile ?? {}))
+      this.registerReconcile(action, reconcile);
   }
 
   /** Runs `fn` once for (tenant, action, key); duplicates get the stored outcome with `replayed: true`. */
   run<T, I = unknown>(request: RunRequest<I>, fn: (ctx: RunContext) => Promise<T> | T): Promise<RunResult<T>> {
-    return this.runResolved(request, this.optionsOf(request), fn);
+    const options = this.optionsOf(request);
+    // Registered when it differs from the one registered: a call passing the same function costs one lookup.
+    if (request.reconcile !== undefined && this.reconcilers.get(request.action)?.reconcile !== request.reconcile)
+      this.register(request.action, request.reconcile, options.ttlMs);
+    return this.runResolved(request, options, fn);
+  }
+
+  /**
+   * Registers the function `once.reconcile` asks about `action`'s unknown or stalled records,
+   * replacing any before; what it settles expires after `ttl` (default the instance's).
+   * @example once.registerReconcile('charge', async (r) => ((await gateway.find(r.key)) ? { value: ... } : 'retry'));
+   */
+  registerReconcile(action: string, reconcile: Reconcile, ttl?: ActionOptions['ttl']): void {
+    this.register(action, reconcile, resolveOptions(this.defaults, ttl === undefined ? {} : { ttl }).ttlMs);
+  }
+
+  private register(action: string, reconcile: Reconcile, ttlMs: number | null): void {
+    const name = validateName(action, 'action');
+    if (typeof reconcile !== 'function')
+      throw new InvalidArgumentError(`reconcile of action ${name} must be a function of the record`);
+    this.reconcilers.set(name, { reconcile, ttlMs });
+  }
+
+  /**
+   * One reconciliation pass: `unknown` records and stalled `in_progress` ones (lease over) last
+   * written over `olderThan` ago are asked about with their action's reconcile function and
+   * settled with its answer (`settlement.by` is `by`); those of actions with none are counted as
+   * awaiting a person (the report's `awaiting`, the `oncely_records_awaiting` gauge).
+   * @example const { settled, awaiting } = await once.reconcile({ olderThan: '5m' });
+   */
+  async reconcile(options: ReconcileOptions = {}): Promise<ReconcileReport> {
+    this.assertOpen();
+    return reconcilePass(
+      {
+        reconcilers: this.reconcilers,
+        observer: this.observer,
+        list: (query) => this.list(query),
+        settle: (record, answer, by) => {
+          const ttlMs = this.reconcilers.get(record.action)?.ttlMs ?? this.resolvedDefaults.ttlMs;
+          return this.settleRecord(record, answer, { by }, ttlMs, 'reconciler');
+        },
+      },
+      options,
+    );
   }
 
   /**
@@ -228,6 +288,7 @@ export class Oncely {
   ) => Promise<RunResult<T>> {
     const resolved = resolveOptions(this.defaults, options);
     const action = validateName(options.action, 'action');
+    if (options.reconcile !== undefined) this.register(action, options.reconcile, resolved.ttlMs);
     return (input, call) => {
       const built = options.key(input);
       const key = Array.isArray(built) ? keyFrom(...built) : built;
@@ -298,24 +359,36 @@ export class Oncely {
   ): Promise<PublicRecord> {
     this.assertOpen();
     const id = this.recordId(action, key, options.tenant);
-    const by = options.by ?? 'person';
-    if (typeof by !== 'string' || by.trim() === '' || by.length > SETTLER_MAX)
-      throw new InvalidArgumentError(`by must name who settles the record, 1 to ${SETTLER_MAX} characters`);
-    if (options.note !== undefined && (typeof options.note !== 'string' || options.note.length > SETTLER_MAX * 5))
-      throw new InvalidArgumentError(`note must be text of at most ${SETTLER_MAX * 5} characters`);
-    const resolved = resolveOptions(this.defaults, { ttl: options.ttl });
+    checkSettler(options.by ?? 'person');
+    checkNote(options.note);
+    const { ttlMs } = resolveOptions(this.defaults, { ttl: options.ttl });
     const record = await this.call(() => this.store.get(id));
     if (!record) throw new OncelyError('NOT_FOUND', `no record for key "${key}" of action "${action}"`);
+    return this.settleRecord(record, resolution, options, ttlMs, 'person');
+  }
+
+  /**
+   * Writes a settlement onto `record` as it was read or listed, counted under `settler`: refused
+   * (NOT_RESOLVABLE) when it is neither unknown nor stalled, or when it changed since.
+   */
+  private async settleRecord(
+    record: PublicRecord,
+    resolution: Resolution,
+    options: { by?: string; note?: string },
+    expiresAt: number | null,
+    settler: 'person' | 'reconciler',
+  ): Promise<PublicRecord> {
+    const by = checkSettler(options.by ?? 'person');
+    checkNote(options.note);
     const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= Date.now();
     if (record.state !== 'unknown' && !stalled)
       throw new OncelyError(
         'NOT_RESOLVABLE',
         `record is ${record.state}; only unknown or stalled records can be resolved`,
         {
-          record: publicRecord(record),
+          record: publicRecord(record as StoredRecord),
         },
       );
-    const expiresAt = resolved.ttlMs;
     const answer = resolution === 'retry' ? 'retry' : 'value' in resolution ? 'value' : 'error';
     const settlement = { by, at: Date.now(), answer, ...(options.note ? { note: options.note } : {}) } as const;
     let patch: RecordPatch;
@@ -341,10 +414,11 @@ export class Oncely {
     patch.settlement = settlement;
     // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
-    const applied = await this.call(() => this.store.update(id, expect, patch, undefined, RELATIVE));
+    const applied = await this.call(() => this.store.update(record, expect, patch, undefined, RELATIVE));
     if (applied === null)
       throw new OncelyError('NOT_RESOLVABLE', 'the record changed while resolving it; read it again');
-    return publicRecord(record, absolute(patch, applied));
+    this.observer.metrics.add('oncely_reconciled_total', [record.action, answer, settler]);
+    return publicRecord(record as StoredRecord, absolute(patch, applied));
   }
 
   /** Deletes expired records in batches of `batchSize`; returns how many were deleted. */
@@ -798,6 +872,12 @@ function storeFailure(error: unknown): OncelyError {
 
 function rethrowStoreFailure(error: unknown): never {
   throw storeFailure(error);
+}
+
+/** Refuses a settlement note that is not text of at most NOTE_MAX characters (INVALID_ARGUMENT). */
+function checkNote(note: unknown): void {
+  if (note !== undefined && (typeof note !== 'string' || note.length > NOTE_MAX))
+    throw new InvalidArgumentError(`note must be text of at most ${NOTE_MAX} characters`);
 }
 
 /** An expectation that the record is still exactly as it was read: same fence, state and lease. */
