@@ -135,7 +135,7 @@ export const METRICS = {
   },
   oncely_admin_actions_total: {
     type: 'counter',
-    help: 'Admin API requests by action (records.resolve, events.replay, ...) and outcome: done, refused (bad input or a state that does not allow it), denied (no or a wrong token)',
+    help: 'Admin API requests by action (records.resolve, events.replay, ...) and outcome: done, refused (bad input or a state that does not allow it), denied (no or a wrong token, or off loopback without one), failed (the database failed)',
     labels: ['action', 'outcome'],
   },
 } as const satisfies Record<string, MetricSpec>;
