@@ -14,7 +14,7 @@ import type { Totals } from '../host/totals.js';
 import { decodeRow } from '../host/values.js';
 import { duplicateGroups, findingsPage, markCounted, type ScanTarget, upsertFinding } from './duplicates-sql.js';
 
-export { duplicatesMigrations } from './duplicates-sql.js';
+export { duplicatesMigrations, type ScanTarget } from './duplicates-sql.js';
 
 /** An effect table and the columns (app camelCase names, as `ctx.store` uses them) that name one business intent. */
 export interface EffectTable {
@@ -131,8 +131,9 @@ export class DuplicateScanner {
     const limit = this.options.groupsPerTable ?? GROUPS_PER_TABLE;
     const report: DuplicateScan = { at: now, tables: [], findings: [], counted: 0 };
     for (const target of this.targets()) {
-      const statement = duplicateGroups(target, limit, this.after.get(target.table) ?? null);
-      const groups = await this.db.all(statement.text, statement.values);
+      let groups = await this.groups(target, limit, this.after.get(target.table) ?? null);
+      // Nothing after the last page: the table is read from its start in this scan instead.
+      if (groups.length === 0 && this.after.has(target.table)) groups = await this.groups(target, limit, null);
       const last = groups.at(-1);
       // A full page: the next scan goes on after its last group; a short one: from the start.
       if (groups.length === limit && last)
@@ -154,6 +155,11 @@ export class DuplicateScanner {
         'oncely: duplicate scan found effect rows no key intercepted',
       );
     return report;
+  }
+
+  private async groups(target: ScanTarget, limit: number, after: unknown[] | null) {
+    const statement = duplicateGroups(target, limit, after);
+    return this.db.all(statement.text, statement.values);
   }
 
   /**

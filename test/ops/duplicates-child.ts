@@ -1,0 +1,33 @@
+/**
+ * A host process of the duplicate-scan tests: opens the app of `duplicates.test.ts` on a database,
+ * prints "ready", waits for "go" on stdin, runs one scan, stops (its totals flushed) and prints
+ * what it counted as JSON. Two of these released at once scan the same findings side by side.
+ */
+import { tmpdir } from 'node:os';
+import { createInterface } from 'node:readline';
+import { openDb } from '../../src/db/index.js';
+import { createHost } from '../../src/host/host.js';
+import { recordStoreFor } from '../../src/host/records.js';
+
+const job = JSON.parse(process.argv[2] ?? '{}') as { target: string; schemaSql: string; effects: never };
+const db = await openDb(job.target, { poolSize: 4 });
+const host = await createHost(
+  {
+    dir: tmpdir(),
+    config: { effects: job.effects, duplicateScan: false },
+    schemaSql: job.schemaSql,
+    handlers: new Map(),
+    consumers: new Map(),
+    flows: [],
+  },
+  db,
+  recordStoreFor(db),
+);
+await host.migrate();
+console.log('ready');
+const lines = createInterface({ input: process.stdin });
+for await (const line of lines) if (line === 'go') break;
+const scan = await host.scanDuplicates();
+await host.stop();
+console.log(JSON.stringify({ counted: scan.counted, groups: scan.findings.length }));
+process.exit(0);
