@@ -38,6 +38,15 @@ export const RECORD_MIGRATIONS: Migrations = {
       // This store runs on SQLite alone; the PostgreSQL store declares its own steps.
       postgres: [],
     },
+    {
+      version: 2,
+      // Who settled a record (JSON of a Settlement), and an index that lists a state's records in id order.
+      sqlite: [
+        `ALTER TABLE ${TABLE} ADD COLUMN settlement TEXT`,
+        `CREATE INDEX IF NOT EXISTS ${TABLE}_state ON ${TABLE} (state, tenant, action, key)`,
+      ],
+      postgres: [],
+    },
   ],
 };
 
@@ -57,19 +66,28 @@ export const COLUMNS = {
   updatedAt: 'updated_at',
   completedAt: 'completed_at',
   expiresAt: 'expires_at',
+  // Last: a record read with none drops the field, and deleting an object's last property is cheap.
+  settlement: 'settlement',
 } as const;
 
 type Field = keyof typeof COLUMNS;
 const FIELDS = Object.keys(COLUMNS) as Field[];
+// The engine's claims carry no settlement: their insert leaves the column null.
+const UNSETTLED = FIELDS.filter((f) => f !== 'settlement');
 const SELECT_LIST = FIELDS.map((f) => (COLUMNS[f] === f ? f : `${COLUMNS[f]} AS ${f}`)).join(', ');
 const ID = 'tenant = @tenant AND action = @action AND key = @key';
 
-/** Reads one record by id, columns aliased to record fields. */
+/** Reads one record by id, columns aliased to record fields; `settlement` is its JSON text or null. */
 export const SELECT = `SELECT ${SELECT_LIST} FROM ${TABLE} WHERE ${ID}`;
 
-/** Inserts a record unless its id exists; the primary key decides. */
-export const INSERT = `INSERT INTO ${TABLE} (${FIELDS.map((f) => COLUMNS[f]).join(', ')})
-  VALUES (${FIELDS.map((f) => `@${f}`).join(', ')}) ON CONFLICT DO NOTHING`;
+const insertOf = (fields: readonly Field[]) => `INSERT INTO ${TABLE} (${fields.map((f) => COLUMNS[f]).join(', ')})
+  VALUES (${fields.map((f) => `@${f}`).join(', ')}) ON CONFLICT DO NOTHING`;
+
+/** Inserts a record without a settlement unless its id exists; the primary key decides. */
+export const INSERT = insertOf(UNSETTLED);
+
+/** INSERT for a record that carries a settlement (as JSON text in `@settlement`). */
+export const INSERT_SETTLED = insertOf(FIELDS);
 
 /** Deletes up to @limit expired records that no one holds and no one must still decide. */
 export const PURGE = `DELETE FROM ${TABLE} WHERE (tenant, action, key) IN (
@@ -80,7 +98,7 @@ export const PURGE = `DELETE FROM ${TABLE} WHERE (tenant, action, key) IN (
 
 /** A conditional update for one patch shape; parameters are the patch fields, the id and `e_*` expectations. */
 export function conditionalUpdate(patch: RecordPatch, expect: Expectation): string {
-  const sets = Object.keys(patch).map((f) => {
+  const sets = patchFields(patch).map((f) => {
     const column = COLUMNS[f as Field];
     if (!column || f === 'tenant' || f === 'action' || f === 'key') throw new Error(`not a record field: ${f}`);
     return `${column} = @${f}`;
@@ -92,5 +110,45 @@ export function conditionalUpdate(patch: RecordPatch, expect: Expectation): stri
 
 /** The cache key of the statement `conditionalUpdate` builds for this shape. */
 export function updateShape(patch: RecordPatch, expect: Expectation): string {
-  return `${Object.keys(patch).join(',')}|${expect.states.length}|${'leaseUntil' in expect ? 'L' : ''}`;
+  return `${patchFields(patch).join(',')}|${expect.states.length}|${'leaseUntil' in expect ? 'L' : ''}`;
+}
+
+// A field set to undefined is one the patch leaves alone (as the PostgreSQL store reads it), not one set to null.
+const patchFields = (patch: RecordPatch): string[] =>
+  Object.keys(patch).filter((f) => patch[f as keyof RecordPatch] !== undefined);
+
+/** The filters of a listing, as `list` turns them into SQL: which are given, and whether a cursor follows. */
+export interface ListShape {
+  state: boolean;
+  tenant: boolean;
+  action: boolean;
+  updatedBefore: boolean;
+  /**
+   * The id columns the cursor condition compares (`(tenant, action, key) > (...)`), the ones the
+   * filters fix left out so the index range starts at the cursor; none: no cursor condition.
+   */
+  after: readonly ('tenant' | 'action' | 'key')[];
+}
+
+/**
+ * One page of records in id order (the primary key's, or the state index's with a state), from
+ * `@c_*` on; parameters `@state`, `@tenant`, `@action`, `@updatedBefore`, `@c_tenant`, `@c_action`,
+ * `@c_key`, `@limit`.
+ */
+export function listRecords(shape: ListShape): string {
+  const where: string[] = [];
+  if (shape.state) where.push('state = @state');
+  if (shape.tenant) where.push('tenant = @tenant');
+  if (shape.action) where.push('action = @action');
+  if (shape.updatedBefore) where.push('updated_at <= @updatedBefore');
+  if (shape.after.length === 1) where.push(`${shape.after[0]} > @c_${shape.after[0]}`);
+  else if (shape.after.length > 1)
+    where.push(`(${shape.after.join(', ')}) > (${shape.after.map((c) => `@c_${c}`).join(', ')})`);
+  const filter = where.length > 0 ? ` WHERE ${where.join(' AND ')}` : '';
+  return `SELECT ${SELECT_LIST} FROM ${TABLE}${filter} ORDER BY tenant, action, key LIMIT @limit`;
+}
+
+/** The cache key of the statement `listRecords` builds for this shape. */
+export function listShapeKey(shape: ListShape): string {
+  return `${+shape.state}${+shape.tenant}${+shape.action}${+shape.updatedBefore}${shape.after.join(',')}`;
 }

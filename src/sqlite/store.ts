@@ -2,12 +2,31 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { InvalidArgumentError } from '../core/errors.js';
-import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import { absoluteRecord, type RecordId, type Settlement, type StoredRecord } from '../core/record.js';
+import { decodeCursor, encodeCursor } from '../core/record-cursor.js';
 import { GroupCommit } from '../db/group-commit.js';
-import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
+import type {
+  Expectation,
+  InsertResult,
+  RecordPage,
+  RecordPatch,
+  RecordQuery,
+  RecordStore,
+  WriteOptions,
+} from '../store.js';
 import type { SqliteDatabase, SqliteStatement } from './driver.js';
 import { migrateRecords } from './migrate.js';
-import { conditionalUpdate, INSERT, PURGE, SELECT, updateShape } from './sql.js';
+import {
+  conditionalUpdate,
+  INSERT,
+  INSERT_SETTLED,
+  type ListShape,
+  listRecords,
+  listShapeKey,
+  PURGE,
+  SELECT,
+  updateShape,
+} from './sql.js';
 
 /** Options of `sqliteStore`. */
 export interface SqliteStoreOptions {
@@ -24,9 +43,13 @@ export interface SqliteStoreOptions {
 interface Statements {
   select: SqliteStatement;
   insert: SqliteStatement;
+  insertSettled: SqliteStatement;
   purge: SqliteStatement;
   updates: Map<string, SqliteStatement>;
+  lists: Map<string, SqliteStatement>;
 }
+
+const ID_COLUMNS = ['tenant', 'action', 'key'] as const;
 
 const prepared = new WeakMap<SqliteDatabase, Statements>();
 // Databases migrating now: the calls that arrive meanwhile wait for the one migration.
@@ -74,14 +97,19 @@ export class SqliteStore implements RecordStore {
     const db = this.target(tx);
     const s = prepared.get(db) ?? (await this.prepare(db));
     // Reading first keeps replays off the write lock; the insert below still decides who claims.
-    const existing = s.select.get(pick(record)) as StoredRecord | undefined;
+    const existing = fromRow(s.select.get(pick(record)));
     if (existing) return { inserted: false, record: existing, now: Date.now() };
+    const { settlement } = record;
     const attempt = (): InsertResult => {
       // The times are taken when the write applies (in the group commit), not when it was queued.
       const now = Date.now();
       const stored = options?.relative ? absoluteRecord(record, now) : record;
-      if (s.insert.run(stored).changes === 1) return { inserted: true, record: stored, now };
-      const winner = s.select.get(pick(record)) as StoredRecord | undefined;
+      if (settlement) stored.settlement = settlement;
+      const changes = settlement
+        ? s.insertSettled.run(Object.assign({}, stored, { settlement: JSON.stringify(settlement) })).changes
+        : s.insert.run(stored).changes;
+      if (changes === 1) return { inserted: true, record: stored, now };
+      const winner = fromRow(s.select.get(pick(record)));
       if (!winner) throw new Error('record vanished between insert and read');
       return { inserted: false, record: winner, now };
     };
@@ -102,6 +130,7 @@ export class SqliteStore implements RecordStore {
       { tenant: id.tenant, action: id.action, key: id.key, e_fence: expect.fence },
       patch,
     );
+    if (patch.settlement) params.settlement = JSON.stringify(patch.settlement);
     expect.states.forEach((state, i) => {
       params[`e_state${i}`] = state;
     });
@@ -124,7 +153,44 @@ export class SqliteStore implements RecordStore {
   async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
     const db = this.target(tx);
     const s = prepared.get(db) ?? (await this.prepare(db));
-    return (s.select.get(pick(id)) as StoredRecord | undefined) ?? null;
+    return fromRow(s.select.get(pick(id)));
+  }
+
+  /** Pages in id order from the cursor's id on; needs no transaction (each page is one statement). */
+  async list(query: RecordQuery): Promise<RecordPage> {
+    const { limit } = query;
+    if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError('limit must be a positive whole number');
+    const s = prepared.get(this.db) ?? (await this.prepare(this.db));
+    const from = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const after = from ? cursorColumns(query, from) : [];
+    if (after === null) return { records: [], cursor: null };
+    const shape: ListShape = {
+      state: query.state !== undefined,
+      tenant: query.tenant !== undefined,
+      action: query.action !== undefined,
+      updatedBefore: query.updatedBefore !== undefined,
+      after,
+    };
+    const key = listShapeKey(shape);
+    let statement = s.lists.get(key);
+    if (!statement) {
+      statement = this.db.prepare(listRecords(shape));
+      s.lists.set(key, statement);
+    }
+    // One row past the page says whether another page follows, so the last page has no cursor.
+    const rows = statement.all({
+      state: query.state,
+      tenant: query.tenant,
+      action: query.action,
+      updatedBefore: query.updatedBefore,
+      c_tenant: from?.tenant,
+      c_action: from?.action,
+      c_key: from?.key,
+      limit: limit + 1,
+    });
+    const records = rows.slice(0, limit).map((row) => fromRow(row) as StoredRecord);
+    const last = records[records.length - 1];
+    return { records, cursor: rows.length > limit && last ? encodeCursor(last) : null };
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {
@@ -157,8 +223,10 @@ export class SqliteStore implements RecordStore {
         const s = {
           select: db.prepare(SELECT),
           insert: db.prepare(INSERT),
+          insertSettled: db.prepare(INSERT_SETTLED),
           purge: db.prepare(PURGE),
           updates: new Map(),
+          lists: new Map(),
         };
         prepared.set(db, s);
         return s;
@@ -183,4 +251,33 @@ export class SqliteStore implements RecordStore {
 
 function pick(id: RecordId): RecordId {
   return { tenant: id.tenant, action: id.action, key: id.key };
+}
+
+/** A row as SELECT reads it, its settlement JSON decoded, or dropped when there is none. */
+function fromRow(row: unknown): StoredRecord | null {
+  if (!row) return null;
+  const record = row as Omit<StoredRecord, 'settlement'> & { settlement?: string | Settlement | null };
+  if (record.settlement === null) delete record.settlement;
+  else if (typeof record.settlement === 'string') record.settlement = JSON.parse(record.settlement) as Settlement;
+  return record as StoredRecord;
+}
+
+/**
+ * The id columns a cursor condition compares, given the filters: a tenant (and then an action)
+ * filter fixes those columns, so the cursor compares the rest and the index range starts there. A
+ * cursor from outside the fixed range (another listing's) starts at its beginning ([]) or past its
+ * end (null: no record). Text compares as the columns do: SQLite's BINARY, bytes of UTF-8.
+ */
+function cursorColumns(query: RecordQuery, from: RecordId): ListShape['after'] | null {
+  const fixed: [keyof RecordId, string][] = [];
+  if (query.tenant !== undefined) {
+    fixed.push(['tenant', query.tenant]);
+    if (query.action !== undefined) fixed.push(['action', query.action]);
+  }
+  for (const [column, value] of fixed) {
+    const order = Buffer.compare(Buffer.from(from[column]), Buffer.from(value));
+    if (order < 0) return [];
+    if (order > 0) return null;
+  }
+  return ID_COLUMNS.slice(fixed.length);
 }

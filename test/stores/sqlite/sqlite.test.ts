@@ -6,12 +6,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createOncely } from '../../../src/index.js';
 import { sqliteStore } from '../../../src/sqlite/index.js';
 import { describeConformance } from '../conformance.js';
+import { describeListing } from '../listing.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'oncely-sqlite-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describeConformance('sqlite file', () => sqliteStore({ path: join(dir, 'conformance.db') }));
 describeConformance('sqlite memory', () => sqliteStore({ path: ':memory:' }));
+describeListing('sqlite file', () => sqliteStore({ path: join(dir, 'listing.db') }));
 
 describe('sqlite specifics', () => {
   it('opens the file in WAL mode with durable commits', () => {
