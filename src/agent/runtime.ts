@@ -73,6 +73,11 @@ function checkIds(ids: { traceId?: string; requestId?: string }): void {
 
 const DEFAULT_APPROVAL_TTL = '24h';
 
+/** The engine's action of a tool's calls (their records, its reconcile function). */
+export function toolAction(name: string): string {
+  return `tool:${name}`;
+}
+
 /**
  * Runs tools so that any model may call them any number of times: one execution per intent, one
  * reservation per action, approvals bound to the exact content shown.
@@ -91,6 +96,8 @@ export class AgentRuntime {
     for (const tool of options.tools) {
       if (this.tools.has(tool.name)) throw new InvalidArgumentError(`two tools are named ${tool.name}`);
       this.tools.set(tool.name, tool);
+      // Under the action its calls run as (see execute): `once.reconcile` asks it about their unknown records.
+      if (tool.reconcile) options.once.registerReconcile(toolAction(tool.name), tool.reconcile, tool.idempotency.ttl);
     }
     this.observer = new Observer(options);
     this.credits = new Credits(options.db, this.observer.metrics);
@@ -332,7 +339,7 @@ export class AgentRuntime {
     try {
       const result = await this.options.once.run(
         {
-          action: `tool:${tool.name}`,
+          action: toolAction(tool.name),
           key,
           tenant,
           input: fingerprint,

@@ -1,5 +1,6 @@
 import type { Duration, Ttl } from '../core/duration.js';
 import { InvalidArgumentError } from '../core/errors.js';
+import type { Reconcile } from '../engine/reconcile.js';
 
 /** A Standard Schema (zod 3.24+/4, valibot, arktype): validated without depending on any of them. */
 export interface ToolSchema<I> {
@@ -50,6 +51,11 @@ export interface ToolDeclaration<I, O> {
   /** Marks the tool as changing the world (MCP's destructiveHint). Default: true when it has an outbound message or a cost. */
   destructive?: boolean;
   execute(input: I, ctx: ToolContext): Promise<O> | O;
+  /**
+   * Asks the downstream (the mailer, the gateway) by the record's key, the `idempotencyKey` the
+   * tool gave it, whether a call whose outcome is unknown was sent (README "Reconciliation").
+   */
+  reconcile?: Reconcile;
 }
 
 /** A declared tool. */
@@ -81,6 +87,8 @@ export function defineTool<I, O>(declaration: ToolDeclaration<I, O>): Tool<I, O>
     throw new InvalidArgumentError(
       `tool ${declaration.name} needs approval, so its records must be permanent (idempotency.ttl: 'permanent')`,
     );
+  if (declaration.reconcile !== undefined && typeof declaration.reconcile !== 'function')
+    throw new InvalidArgumentError(`tool ${declaration.name}: reconcile must be a function of the record`);
   if (declaration.cost && (!Number.isInteger(declaration.cost.credits) || declaration.cost.credits <= 0))
     throw new InvalidArgumentError(`tool ${declaration.name}: cost.credits must be a positive integer`);
   return Object.freeze({ ...declaration, kind: 'oncely-tool' as const });

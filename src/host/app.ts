@@ -3,6 +3,7 @@ import { basename, extname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Duration, Ttl } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
+import type { Reconcile } from '../engine/reconcile.js';
 import type { AnyFlow } from '../flows/define.js';
 import type { HostConfig } from './config.js';
 import type { HostContext } from './context.js';
@@ -30,6 +31,8 @@ export interface HandlerModule {
   example?: unknown;
   /** How long `handle` may run before its transaction rolls back with 503 HANDLER_TIMEOUT. Default: the config's. */
   timeout?: Duration;
+  /** Asks the downstream about an unknown or stalled record of this handler by its key (README "Reconciliation"). */
+  reconcile?: Reconcile;
 }
 
 /** What a file in `consumers/<source>/<type>.ts` exports. */
@@ -39,6 +42,8 @@ export interface ConsumerModule {
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
   /** How long `handle` may run before its transaction rolls back and the attempt counts as failed. Default: the config's. */
   timeout?: Duration;
+  /** Asks the downstream about an unknown or stalled record of this consumer by its key, the event id. */
+  reconcile?: Reconcile;
 }
 
 /** An app folder, loaded. */
@@ -69,6 +74,7 @@ export async function loadApp(folder: string): Promise<App> {
     const module = (await import(pathToFileURL(file).href)) as HandlerModule;
     if (typeof module.handle !== 'function')
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(input, ctx)`);
+    checkReconcile(module, file);
     handlers.set(`${group}.${name}`, module);
   }
   const consumers = new Map<string, ConsumerModule>();
@@ -76,6 +82,7 @@ export async function loadApp(folder: string): Promise<App> {
     const module = (await import(pathToFileURL(file).href)) as ConsumerModule;
     if (typeof module.handle !== 'function')
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(event, ctx)`);
+    checkReconcile(module, file);
     consumers.set(`${source}/${type}`, module);
   }
   const flows: AnyFlow[] = [];
@@ -96,6 +103,12 @@ export async function loadApp(folder: string): Promise<App> {
     handlers,
     consumers,
   };
+}
+
+/** A `reconcile` export must be the function of a record: anything else fails at load, not at the first pass. */
+function checkReconcile(module: { reconcile?: unknown }, file: string): void {
+  if (module.reconcile !== undefined && typeof module.reconcile !== 'function')
+    throw new OncelyError('CONFIG_INVALID', `${file}: reconcile must be a function of the record, reconcile(record)`);
 }
 
 /** [folder, name without extension, path] of the code files one level below `root`. */

@@ -64,6 +64,12 @@ export interface HostConfig {
   effects?: { table: string; by: string[] }[];
   /** How often `oncely serve` scans `effects` for residual duplicates (default every '24h'); false: only on demand. */
   duplicateScan?: { every?: Duration } | false;
+  /**
+   * The reconciler of `oncely serve` (README "Reconciliation"): a pass every `every` (default
+   * '1m') over records last written `olderThan` ago (default '1m'), asking at most `limit`
+   * (default 100); false: only on demand (`oncely reconcile`).
+   */
+  reconcile?: { every?: Duration; olderThan?: Duration; limit?: number } | false;
 }
 
 /**

@@ -16,6 +16,14 @@ export interface ConsumeDeps {
   flows: Flows | undefined;
 }
 
+/** The engine's action of a consumer's runs (its records, its reconcile function). */
+export function consumerAction(source: string, type: string): string {
+  return `consume:${source}/${type}`;
+}
+
+/** The TTL of a consumer's records: an event id is deduplicated for a week. */
+export const CONSUMER_TTL = '7d';
+
 /**
  * The binding the event queue runs for one consumer: under a claim keyed by the event id, in the
  * queue's transaction, for at most the consumer's timeout. A consumer that runs past it throws
@@ -33,7 +41,7 @@ export function bindConsumer(
   const { logger } = deps.config;
   const ms = timeoutMs(consumer.timeout, deps.config.timeout);
   const what = `consumer ${source}/${type}`;
-  const action = `consume:${source}/${type}`;
+  const action = consumerAction(source, type);
   return {
     ordering: consumer.ordering,
     handle: async (event, tx, counts) => {
@@ -44,7 +52,7 @@ export function bindConsumer(
           key: event.id,
           input: event.data,
           tx: tx.handle,
-          ttl: '7d',
+          ttl: CONSUMER_TTL,
           surface: 'consumer',
         },
         (ctx) =>

@@ -9,8 +9,12 @@ import { contextFromHeaders, endSpan, startSpan, withContext } from '../core/tra
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
+import type { ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
 import { createFlows, type Flows } from '../flows/flows.js';
 import type { HttpResponse } from '../http/response.js';
+import { adminRoutes } from '../ops/admin.js';
+import { adminMigrations } from '../ops/admin-audit.js';
+import { adminToken } from '../ops/admin-auth.js';
 import {
   type DuplicateScan,
   DuplicateScanner,
@@ -29,6 +33,7 @@ import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
 import { type OutboxMessage, OutboxRelay } from './outbox.js';
 import { outboxMigrations } from './outbox-sql.js';
+import { hostReconciler, reconcileSettings, registerReconcilers } from './reconciler.js';
 import { migrateRecords } from './records.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
@@ -61,6 +66,8 @@ export interface Host {
   scanDuplicates(): Promise<DuplicateScan>;
   /** One retention pass (README "Retention"): removes finished rows past their retention, or counts them with `dryRun`. */
   purge(options?: { dryRun?: boolean }): Promise<PurgeReport>;
+  /** One reconcile pass with the app's reconcile functions (README "Reconciliation"); defaults from `config.reconcile`. */
+  reconcile(options?: ReconcileOptions): Promise<ReconcileReport>;
   /** Listens on `port` (0 for any) and starts consumers and relay; resolves with the port. */
   start(port: number): Promise<number>;
   /** Graceful stop: no new requests or claims, in-flight work finishes, connections close. */
@@ -70,6 +77,8 @@ export interface Host {
 /** Options of a host beyond its app: the metrics to count into (default a fresh set for this host). */
 export interface HostOptions {
   metrics?: Metrics;
+  /** The admin API's bearer token; default `ONCELY_ADMIN_TOKEN`; with neither, the admin API answers loopback clients only. */
+  adminToken?: string;
 }
 
 const APP_SCHEMA_DDL =
@@ -82,6 +91,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const retention = retentionSettings(app.config.retention);
   const { duplicateScan } = app.config;
   const scanEveryMs = duplicateScan === false ? null : toMs(duplicateScan?.every ?? '24h', 'duplicateScan.every');
+  const reconciling = reconcileSettings(app.config.reconcile);
   // Source body limits by name, checked now: a bad one fails at start, not at the first webhook.
   const sourceLimits = new Map(
     Object.entries(app.config.sources ?? {}).map(([name, s]) => [
@@ -91,10 +101,20 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   );
   // Its own metrics, not the process's: every count of this host goes to its database's totals.
   const metrics = options.metrics ?? new Metrics();
+  // Read once, at creation: a bad token fails the start, not the first admin request.
+  const token = adminToken(options.adminToken);
   const { logger, onDecision } = app.config;
   const observer = new Observer({ logger, onDecision, metrics });
   const totals = new Totals(db, metrics);
   const once = await createOncely({ store, tenant: 'default', logger, onDecision, metrics });
+  registerReconcilers(once, app);
+  const reconciler = hostReconciler(db, once, app, { logger, onDecision, metrics });
+  let reconciles: Scheduled | undefined;
+  const reconcileOnce = (options: ReconcileOptions = {}) =>
+    reconciler.reconcile({
+      ...(reconciling ? { olderThan: reconciling.olderThanMs, limit: reconciling.limit } : {}),
+      ...options,
+    });
   let schema: AppSchema | undefined;
   const currentSchema = () => {
     if (!schema) throw new OncelyError('NOT_MIGRATED', 'the host is not migrated yet');
@@ -168,6 +188,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   http.get('/v1/stats', async (c) =>
     c.body(statsJson({ code: 0, data: await stats() }), 200, { 'content-type': 'application/json' }),
   );
+  http.route('/v1/admin', adminRoutes({ db, once, events, flows, stats, metrics, token }));
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
     return c.body(text, 200, { 'content-type': type });
@@ -234,6 +255,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     await migrateRecords(store);
     await migrateTables(db, outboxMigrations);
     await migrateTables(db, duplicatesMigrations);
+    await migrateTables(db, adminMigrations);
     await db.transaction(async (tx) => {
       // One migrator at a time across processes: SQLite's write lock, PostgreSQL's advisory lock.
       await migrationLock(tx);
@@ -269,6 +291,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       return scanner.scan();
     },
     purge: purgeOnce,
+    reconcile: reconcileOnce,
     routes: (base, dir) => routeIndex(app, base, dir),
     async start(port) {
       if (!schema) await migrate();
@@ -278,6 +301,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       await brokers.start();
       await flows?.startWorker();
       if (retention.scheduled) purges = schedule('retention', retention.everyMs, () => purgeOnce(), { logger });
+      if (reconciling) reconciles = schedule('reconcile', reconciling.everyMs, () => reconcileOnce(), { logger });
       // The first scan soon after start: a process restarted more often than `every` still scans.
       if (scanEveryMs !== null && effects.length > 0)
         scans = schedule('duplicate scan', scanEveryMs, () => scanner.scan(), {
@@ -304,6 +328,9 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       await scans?.stop();
       // A purge under way ends its batch first: the database closes below.
       await purges?.stop();
+      // A pass under way settles its record; its SQLite connection (if any) closes before the database.
+      await reconciles?.stop();
+      await reconciler.close();
       await events.stop();
       await relay.stop();
       // After the relay (which delivers to the targets); the sources' batches in flight finish first.

@@ -63,6 +63,11 @@ interface Bound {
   timeoutMs: number;
 }
 
+/** The engine's action of a handler's runs (its records, its reconcile function): the gate's `POST <handler>`. */
+export function handlerAction(id: string): string {
+  return `POST ${id}`;
+}
+
 /** How long a duplicate of a running key is told to wait before it retries. */
 const IN_PROGRESS_RETRY_MS = 1000;
 
@@ -101,7 +106,7 @@ export class Invoker {
       this.handlers.set(id, {
         module,
         gate,
-        action: `POST ${id}`,
+        action: handlerAction(id),
         timeoutMs: timeoutMs(module.timeout, app.config.timeout),
       });
     }
