@@ -163,8 +163,8 @@ export class DuplicateScanner {
   }
 
   /**
-   * Upserts one group's finding and counts its extra rows not counted yet, in one transaction: the
-   * conditional update of `counted` lets only one of two scans at once count them.
+   * Upserts one group's finding and counts its extra rows not counted yet, in one transaction: of
+   * two scans at once, only the one whose conditional update of `counted` changed the row counts.
    */
   private record(
     target: ScanTarget,
@@ -195,6 +195,22 @@ export class DuplicateScanner {
       return { finding: { ...finding, counted: count - 1 }, newlyCounted: extra };
     });
   }
+}
+
+const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString());
+
+/** What `oncely reconcile --duplicates` prints: a line per finding of the scan, then what it counted. */
+export function scanText(scan: DuplicateScan): string {
+  const lines = scan.findings.map(
+    (f) =>
+      `${f.table}\t${f.businessKey}\t${f.count} rows (${f.count - 1} extra)\trows created ${iso(f.rowsFirstAt)} .. ${iso(f.rowsLastAt)}\tfirst seen ${iso(f.firstSeen)}\tlast seen ${iso(f.lastSeen)}`,
+  );
+  for (const t of scan.tables)
+    if (t.truncated) lines.push(`${t.table}: ${t.groups} groups read, more left: the next scan reads on from there`);
+  lines.push(
+    `${scan.findings.length} finding(s) in ${scan.tables.length} effect table(s); ${scan.counted} extra row(s) newly counted as duplicates not intercepted`,
+  );
+  return lines.join('\n');
 }
 
 interface FindingRow {
