@@ -35,7 +35,7 @@ export interface FlowRecord {
   workflowId: string;
   name: string;
   bizId: string;
-  status: 'pending' | 'running' | 'waiting' | 'completed' | 'failed';
+  status: 'pending' | 'running' | 'waiting' | 'completed' | 'failed' | 'cancelled';
   input: unknown;
   result: unknown;
   error: { name: string; message: string; code: string } | null;
@@ -179,6 +179,7 @@ export class Flows {
       if (flow.status === 'completed') return flow.result;
       if (flow.status === 'failed')
         throw new OncelyError('FLOW_FAILED', `flow ${workflowId} failed: ${flow.error?.message}`);
+      if (flow.status === 'cancelled') throw new OncelyError('FLOW_CANCELLED', `flow ${workflowId} was cancelled`);
       if (Date.now() > deadline) throw new OncelyError('TIMEOUT', `flow ${workflowId} is ${flow.status}`);
       await sleep(poll);
     }
@@ -246,6 +247,22 @@ export class Flows {
     });
     this.wake?.();
     return resumed;
+  }
+
+  /**
+   * Cancels a flow no worker holds (pending, or waiting for a signal or a time): it never runs
+   * again, and its completed steps are not compensated. Answers false when it is running or
+   * finished. The status in the WHERE is the guard: a claim that took the flow first makes this
+   * change nothing, and a claim after it finds the flow no longer runnable; the fence moves on
+   * too, so no holder's write of an earlier claim can apply.
+   */
+  async cancel(workflowId: string): Promise<boolean> {
+    const changed = await run(this.options.db, {
+      text: `UPDATE oncely_flows SET status = 'cancelled', wake_at = NULL, fence = fence + 1, updated_at = ?
+        WHERE workflow_id = ? AND status IN ('pending', 'waiting')`,
+      values: [Date.now(), workflowId],
+    });
+    return changed === 1;
   }
 
   /** Runs flows in this process until `stop()`. */

@@ -1,0 +1,319 @@
+/**
+ * The paged listings of the admin API over the host's tables (events, dead letters, flows,
+ * approvals, credit accounts): keyset pages whose cursor is the last row's sort key, so a page
+ * costs its own rows however deep it is. Tables of components the database never migrated
+ * (flows, agent) are listed as empty.
+ */
+import { OncelyError } from '../core/errors.js';
+import type { Sql } from '../db/types.js';
+
+/** One page: its items and the cursor of the next page, null after the last. */
+export interface Page<T> {
+  items: T[];
+  cursor: string | null;
+}
+
+/** A cursor of `key` (the last row's sort key). */
+export function encodeCursor(key: readonly (string | number)[]): string {
+  return Buffer.from(JSON.stringify(key)).toString('base64url');
+}
+
+/** Reads a cursor back, its parts of the types given; anything else is CURSOR_INVALID. */
+export function decodeCursor(cursor: string, types: readonly ('string' | 'number')[]): (string | number)[] {
+  let key: unknown;
+  try {
+    key = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    key = undefined;
+  }
+  if (
+    !Array.isArray(key) ||
+    key.length !== types.length ||
+    key.some((part, i) => typeof part !== types[i] || (typeof part === 'number' && !Number.isSafeInteger(part)))
+  )
+    throw new OncelyError('CURSOR_INVALID', 'cursor must be the cursor a previous page gave');
+  return key as (string | number)[];
+}
+
+/** Whether `table` exists (in the connection's schema on PostgreSQL). */
+export async function hasTable(sql: Sql, table: string): Promise<boolean> {
+  const rows =
+    sql.dialect === 'postgres'
+      ? await sql.all('SELECT 1 WHERE to_regclass(?) IS NOT NULL', [table])
+      : await sql.all("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [table]);
+  return rows.length > 0;
+}
+
+const num = (v: unknown) => Number(v);
+const numOrNull = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+const textOrNull = (v: unknown) => (v === null || v === undefined ? null : String(v));
+
+/**
+ * Rows of `select` after the cursor in the order of `order` (columns, each DESC when `desc`), the
+ * cursor being the last row's values of those columns. Row values compare as tuples on both dialects.
+ */
+async function keyset(
+  sql: Sql,
+  query: {
+    select: string;
+    where: string[];
+    values: unknown[];
+    order: readonly { column: string; type: 'string' | 'number' }[];
+    desc: boolean;
+    limit: number;
+    cursor: string | undefined;
+  },
+): Promise<{ rows: Record<string, unknown>[]; cursor: string | null }> {
+  const { order, desc, limit } = query;
+  const where = [...query.where];
+  const values = [...query.values];
+  const columns = order.map((o) => o.column);
+  if (query.cursor !== undefined) {
+    const after = decodeCursor(
+      query.cursor,
+      order.map((o) => o.type),
+    );
+    where.push(`(${columns.join(', ')}) ${desc ? '<' : '>'} (${columns.map(() => '?').join(', ')})`);
+    values.push(...after);
+  }
+  const direction = desc ? ' DESC' : '';
+  const rows = await sql.all<Record<string, unknown>>(
+    `${query.select}${where.length > 0 ? ` WHERE ${where.join(' AND ')}` : ''}
+    ORDER BY ${columns.map((c) => `${c}${direction}`).join(', ')} LIMIT ?`,
+    [...values, limit],
+  );
+  const last = rows.at(-1);
+  const cursor =
+    rows.length === limit && last
+      ? encodeCursor(order.map((o) => (o.type === 'number' ? Number(last[o.column]) : String(last[o.column]))))
+      : null;
+  return { rows, cursor };
+}
+
+/** Statuses of a stored event (as event-sql.ts writes them). */
+export const EVENT_STATUSES = ['pending', 'processing', 'applied', 'stale', 'dead', 'no_consumer'] as const;
+
+/** An event as the admin listing shows it: its state, not its payload (GET by the CLI or the table for that). */
+export interface EventSummary {
+  source: string;
+  eventId: string;
+  type: string;
+  status: string;
+  attempts: number;
+  nextAttemptAt: number;
+  lastError: string | null;
+  receivedAt: number;
+  updatedAt: number;
+}
+
+const EVENT_ORDER = [
+  { column: 'received_at', type: 'number' },
+  { column: 'source', type: 'string' },
+  { column: 'event_id', type: 'string' },
+] as const;
+
+/** Events newest first, of one status and source when given. */
+export async function listEvents(
+  sql: Sql,
+  options: { status?: string; source?: string; limit: number; cursor?: string },
+): Promise<Page<EventSummary>> {
+  const where: string[] = [];
+  const values: unknown[] = [];
+  for (const [column, value] of [
+    ['status', options.status],
+    ['source', options.source],
+  ] as const)
+    if (value !== undefined) {
+      where.push(`${column} = ?`);
+      values.push(value);
+    }
+  const { rows, cursor } = await keyset(sql, {
+    select: `SELECT source, event_id, type, status, attempts, next_attempt_at, last_error, received_at, updated_at
+    FROM oncely_events`,
+    where,
+    values,
+    order: EVENT_ORDER,
+    desc: true,
+    limit: options.limit,
+    cursor: options.cursor,
+  });
+  const items = rows.map((r) => ({
+    source: String(r.source),
+    eventId: String(r.event_id),
+    type: String(r.type),
+    status: String(r.status),
+    attempts: num(r.attempts),
+    nextAttemptAt: num(r.next_attempt_at),
+    lastError: textOrNull(r.last_error),
+    receivedAt: num(r.received_at),
+    updatedAt: num(r.updated_at),
+  }));
+  return { items, cursor };
+}
+
+/** Dead letters in the order they arrived (as `oncely events dead list` prints them), a page at a time. */
+export async function listDeadLetters(
+  sql: Sql,
+  options: { source?: string; limit: number; cursor?: string },
+): Promise<Page<EventSummary & { id: string }>> {
+  const where = ["status = 'dead'"];
+  const values: unknown[] = [];
+  if (options.source !== undefined) {
+    where.push('source = ?');
+    values.push(options.source);
+  }
+  const { rows, cursor } = await keyset(sql, {
+    select: `SELECT source, event_id, type, status, attempts, next_attempt_at, last_error, received_at, updated_at
+    FROM oncely_events`,
+    where,
+    values,
+    order: EVENT_ORDER,
+    desc: false,
+    limit: options.limit,
+    cursor: options.cursor,
+  });
+  const items = rows.map((r) => ({
+    id: `${r.source}/${r.event_id}`,
+    source: String(r.source),
+    eventId: String(r.event_id),
+    type: String(r.type),
+    status: String(r.status),
+    attempts: num(r.attempts),
+    nextAttemptAt: num(r.next_attempt_at),
+    lastError: textOrNull(r.last_error),
+    receivedAt: num(r.received_at),
+    updatedAt: num(r.updated_at),
+  }));
+  return { items, cursor };
+}
+
+/** Statuses a flow run may have. */
+export const FLOW_STATUSES = ['pending', 'running', 'waiting', 'completed', 'failed', 'cancelled'] as const;
+
+/** A flow as the admin listing shows it (its input and result with `GET flows/:id`). */
+export interface FlowSummary {
+  workflowId: string;
+  name: string;
+  bizId: string;
+  status: string;
+  runs: number;
+  error: unknown;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** Flows newest first, of one status when given; none when the database has no flow tables. */
+export async function listFlowRuns(
+  sql: Sql,
+  options: { status?: string; limit: number; cursor?: string },
+): Promise<Page<FlowSummary>> {
+  if (!(await hasTable(sql, 'oncely_flows'))) return emptyPage(options.cursor);
+  const { rows, cursor } = await keyset(sql, {
+    select: 'SELECT workflow_id, name, biz_id, status, runs, error, created_at, updated_at FROM oncely_flows',
+    where: options.status === undefined ? [] : ['status = ?'],
+    values: options.status === undefined ? [] : [options.status],
+    order: [
+      { column: 'created_at', type: 'number' },
+      { column: 'workflow_id', type: 'string' },
+    ],
+    desc: true,
+    limit: options.limit,
+    cursor: options.cursor,
+  });
+  const items = rows.map((r) => ({
+    workflowId: String(r.workflow_id),
+    name: String(r.name),
+    bizId: String(r.biz_id),
+    status: String(r.status),
+    runs: num(r.runs),
+    error: r.error === null ? null : JSON.parse(String(r.error)),
+    createdAt: num(r.created_at),
+    updatedAt: num(r.updated_at),
+  }));
+  return { items, cursor };
+}
+
+/** Statuses of an approval (agent/approvals.ts). */
+export const APPROVAL_STATUSES = ['pending', 'approved', 'rejected', 'expired'] as const;
+
+/** An approval as listed: what was asked, of which tool, and who decided it when. */
+export interface ApprovalSummary {
+  id: string;
+  tenant: string;
+  tool: string;
+  idempotencyKey: string;
+  preview: unknown;
+  status: string;
+  requestedAt: number;
+  expiresAt: number;
+  decidedBy: string | null;
+  decidedAt: number | null;
+  reason: string | null;
+}
+
+/** Approvals newest first, of one status when given; none when the agent tables were never migrated. */
+export async function listApprovalRows(
+  sql: Sql,
+  options: { status?: string; limit: number; cursor?: string },
+): Promise<Page<ApprovalSummary>> {
+  if (!(await hasTable(sql, 'oncely_approvals'))) return emptyPage(options.cursor);
+  const { rows, cursor } = await keyset(sql, {
+    select: `SELECT id, tenant, tool, idempotency_key, preview, status, requested_at, expires_at, decided_by,
+    decided_at, reason FROM oncely_approvals`,
+    where: options.status === undefined ? [] : ['status = ?'],
+    values: options.status === undefined ? [] : [options.status],
+    order: [
+      { column: 'requested_at', type: 'number' },
+      { column: 'id', type: 'string' },
+    ],
+    desc: true,
+    limit: options.limit,
+    cursor: options.cursor,
+  });
+  const items = rows.map((r) => ({
+    id: String(r.id),
+    tenant: String(r.tenant),
+    tool: String(r.tool),
+    idempotencyKey: String(r.idempotency_key),
+    preview: JSON.parse(String(r.preview)),
+    status: String(r.status),
+    requestedAt: num(r.requested_at),
+    expiresAt: num(r.expires_at),
+    decidedBy: textOrNull(r.decided_by),
+    decidedAt: numOrNull(r.decided_at),
+    reason: textOrNull(r.reason),
+  }));
+  return { items, cursor };
+}
+
+/** A credit account: what it can still spend, and what reservations hold of it now. */
+export interface CreditBalance {
+  account: string;
+  /** Credits available (reservations are taken out of it when made). */
+  balance: number;
+  /** Credits held by reservations not yet confirmed or released. */
+  reserved: number;
+}
+
+/** Credit accounts by name; none when the agent tables were never migrated. */
+export async function listCredits(sql: Sql, options: { limit: number; cursor?: string }): Promise<Page<CreditBalance>> {
+  if (!(await hasTable(sql, 'oncely_credit_accounts'))) return emptyPage(options.cursor);
+  const { rows, cursor } = await keyset(sql, {
+    select: `SELECT account, balance, (SELECT COALESCE(SUM(r.credits), 0) FROM oncely_credit_reservations r
+    WHERE r.account = oncely_credit_accounts.account AND r.status = 'reserved') AS reserved FROM oncely_credit_accounts`,
+    where: [],
+    values: [],
+    order: [{ column: 'account', type: 'string' }],
+    desc: false,
+    limit: options.limit,
+    cursor: options.cursor,
+  });
+  const items = rows.map((r) => ({ account: String(r.account), balance: num(r.balance), reserved: num(r.reserved) }));
+  return { items, cursor };
+}
+
+// A cursor is still checked when there is nothing to page: a bad one is the caller's bug either way.
+function emptyPage<T>(cursor: string | undefined): Page<T> {
+  if (cursor !== undefined) decodeCursor(cursor, []);
+  return { items: [], cursor: null };
+}

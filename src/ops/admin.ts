@@ -1,0 +1,402 @@
+/**
+ * The admin HTTP API of `oncely serve` under `/v1/admin`: stats, records, events and dead letters,
+ * flows, approvals, credits, duplicate findings and its own audit. Every request is checked by
+ * admin-auth.ts first, counted in `oncely_admin_actions_total{action,outcome}`, and every change is
+ * written to the audit table (admin-audit.ts) before it runs and after it ends.
+ */
+import { type Context, Hono } from 'hono';
+import { decideApproval, getApproval } from '../agent/approvals.js';
+import { type ErrorCode, OncelyError, statusOf } from '../core/errors.js';
+import type { Metrics } from '../core/metrics.js';
+import { parseRecordRef, recordRef } from '../core/record.js';
+import type { Db } from '../db/types.js';
+import type { Oncely } from '../engine/engine.js';
+import type { Flows } from '../flows/flows.js';
+import { DEFAULT_MAX_BODY_BYTES, readBodyCapped } from '../host/body.js';
+import type { EventQueue } from '../host/events.js';
+import { type HostStats, statsJson } from '../host/stats.js';
+import { AdminAudit } from './admin-audit.js';
+import { type AdminIdentity, checkAccess, isLoopback, settlerName, tokenDigest } from './admin-auth.js';
+import {
+  bodyObject,
+  cursorOf,
+  idOf,
+  limitOf,
+  nameOf,
+  olderThanOf,
+  oneOf,
+  onlyFields,
+  readQuery,
+  replayOf,
+  resolutionOf,
+  textField,
+} from './admin-input.js';
+import {
+  APPROVAL_STATUSES,
+  EVENT_STATUSES,
+  FLOW_STATUSES,
+  hasTable,
+  listApprovalRows,
+  listCredits,
+  listDeadLetters,
+  listEvents,
+  listFlowRuns,
+} from './admin-lists.js';
+import { listFindings } from './duplicates.js';
+
+/** What the admin API reads and changes: the host's own parts. */
+export interface AdminDeps {
+  db: Db;
+  once: Oncely;
+  events: EventQueue;
+  flows: Flows | undefined;
+  /** What `GET /v1/stats` answers. */
+  stats(): Promise<HostStats>;
+  /** Where `oncely_admin_actions_total` is counted (the host's metrics, flushed to its totals). */
+  metrics: Metrics;
+  /** The bearer token (adminToken()); undefined answers loopback clients only. */
+  token: string | undefined;
+  /** Largest request body read; default the host's 1 MiB. */
+  maxBodyBytes?: number;
+}
+
+const RECORD_STATES = ['in_progress', 'succeeded', 'failed', 'released', 'unknown'] as const;
+
+/** A change a route makes once its input is checked: what it acts on, what was asked, and the change itself. */
+interface Change {
+  target: string;
+  detail: unknown;
+  run(): Promise<unknown>;
+}
+
+interface Req {
+  c: Context;
+  identity: AdminIdentity;
+  query: (names: readonly string[]) => Map<string, string>;
+  body: () => Promise<Record<string, unknown>>;
+}
+
+/** A refusal found after the change ran (its state did not allow it): answered and audited as `refused`. */
+function refuse(code: ErrorCode, message: string): never {
+  throw new OncelyError(code, message);
+}
+
+/**
+ * The admin routes, to mount with `http.route('/v1/admin', adminRoutes(deps))`. Run
+ * `migrateAdmin(db)` first (the host's migrate does): the audit table must exist.
+ */
+export function adminRoutes(deps: AdminDeps): Hono {
+  const { db, once, events, flows, metrics } = deps;
+  const audit = new AdminAudit(db);
+  const expected = tokenDigest(deps.token);
+  const maxBodyBytes = deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const count = (action: string, outcome: 'done' | 'refused' | 'denied' | 'failed') =>
+    metrics.add('oncely_admin_actions_total', [action, outcome]);
+
+  /** Checks who asks; answers the refusal, or the request with its identity. */
+  const admit = (c: Context, action: string): Req | Response => {
+    const remote = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming?.socket
+      ?.remoteAddress;
+    const access = checkAccess(expected, c.req.raw.headers, remote);
+    if (!access.ok) {
+      count(action, access.code === 'INVALID_ARGUMENT' ? 'refused' : 'denied');
+      const headers: Record<string, string> =
+        access.status === 401 ? { 'www-authenticate': 'Bearer realm="oncely-admin"' } : {};
+      return answer(access.status, { error: { code: access.code, message: access.message } }, headers);
+    }
+    // Loopback only: a page on another site that resolves its name to 127.0.0.1 (DNS rebinding)
+    // reaches this socket too, but names its own host.
+    if (!expected && !isLoopback(hostName(c.req.header('host')))) {
+      count(action, 'denied');
+      return answer(403, {
+        error: { code: 'ADMIN_FORBIDDEN', message: 'with no ONCELY_ADMIN_TOKEN set, call the admin API as localhost' },
+      });
+    }
+    return {
+      c,
+      identity: access.identity,
+      query: (names) => readQuery(c.req.url, names),
+      body: async () => {
+        // JSON only: a form another site posts from a browser (no preflight) is refused unread.
+        const empty = !c.req.raw.body || c.req.header('content-length') === '0';
+        if (!empty && !/^application\/json\b/i.test(c.req.header('content-type') ?? ''))
+          throw new OncelyError('BODY_INVALID', 'send the body as Content-Type: application/json');
+        const read = await readBodyCapped(c.req.raw, maxBodyBytes);
+        if (!read.ok) throw new OncelyError('REQUEST_TOO_LARGE', `request body is over ${maxBodyBytes} bytes`);
+        return bodyObject(read.body);
+      },
+    };
+  };
+
+  const app = new Hono();
+  /** A route that only reads. */
+  const read = (method: 'get', path: string, action: string, fn: (req: Req) => Promise<unknown>) =>
+    app.on(method.toUpperCase(), path, async (c) => {
+      const req = admit(c, action);
+      if (req instanceof Response) return req;
+      try {
+        const data = await fn(req);
+        count(action, 'done');
+        return answer(200, { data });
+      } catch (error) {
+        const failure = failureOf(error);
+        count(action, failure.status >= 500 ? 'failed' : 'refused');
+        return answer(failure.status, { error: failure.error });
+      }
+    });
+  /** A route that changes something: checked, audited before and after, counted. */
+  const change = (path: string, action: string, plan: (req: Req) => Promise<Change>) =>
+    app.post(path, async (c) => {
+      const req = admit(c, action);
+      if (req instanceof Response) return req;
+      let planned: Change;
+      try {
+        planned = await plan(req);
+      } catch (error) {
+        const failure = failureOf(error);
+        count(action, failure.status >= 500 ? 'failed' : 'refused');
+        // Refused before anything ran; still audited (a person tried), unless the audit itself fails.
+        await audit
+          .refused(req.identity, action, c.req.path.slice(0, 500), { error: failure.error })
+          .catch(() => undefined);
+        return answer(failure.status, { error: failure.error });
+      }
+      let id: number;
+      try {
+        id = await audit.begin(req.identity, action, planned.target, planned.detail);
+      } catch (error) {
+        // Nothing changes that the audit cannot record.
+        count(action, 'failed');
+        return answer(503, { error: failureOf(error).error });
+      }
+      try {
+        const data = await planned.run();
+        await audit.finish(id, 'done', { asked: planned.detail, answered: data });
+        count(action, 'done');
+        return answer(200, { data });
+      } catch (error) {
+        const failure = failureOf(error);
+        await audit.finish(id, 'refused', { asked: planned.detail, error: failure.error }).catch(() => undefined);
+        count(action, failure.status >= 500 ? 'failed' : 'refused');
+        return answer(failure.status, { error: failure.error });
+      }
+    });
+
+  read('get', '/stats', 'stats.read', async (req) => {
+    req.query([]);
+    return deps.stats();
+  });
+
+  read('get', '/records', 'records.list', async (req) => {
+    const q = req.query(['state', 'action', 'tenant', 'olderThan', 'limit', 'cursor']);
+    const page = await once.list({
+      state: oneOf(q, 'state', RECORD_STATES),
+      action: q.get('action'),
+      tenant: q.get('tenant'),
+      olderThan: olderThanOf(q),
+      limit: limitOf(q),
+      cursor: cursorOf(q),
+    });
+    return { records: page.records.map((r) => ({ ref: recordRef(r), ...r })), cursor: page.cursor };
+  });
+  read('get', '/records/:ref', 'records.show', async (req) => {
+    req.query([]);
+    const id = refOf(req.c.req.param('ref') ?? '');
+    const record = await once.get(id);
+    if (!record) refuse('NOT_FOUND', `no record ${recordRef(id)}`);
+    return { ref: recordRef(id), ...record };
+  });
+  change('/records/:ref/resolve', 'records.resolve', async (req) => {
+    req.query([]);
+    const id = refOf(req.c.req.param('ref') ?? '');
+    const { resolution, note } = resolutionOf(await req.body());
+    return {
+      target: recordRef(id),
+      detail: { resolution, ...(note === undefined ? {} : { note }) },
+      run: async () => {
+        const by = settlerName(req.identity);
+        const record = await once.resolve(id.action, id.key, resolution, { tenant: id.tenant, by, note });
+        return { ref: recordRef(id), ...record };
+      },
+    };
+  });
+
+  read('get', '/events', 'events.list', async (req) => {
+    const q = req.query(['status', 'source', 'limit', 'cursor']);
+    const page = await listEvents(db, {
+      status: oneOf(q, 'status', EVENT_STATUSES),
+      source: nameOf(q, 'source'),
+      limit: limitOf(q),
+      cursor: cursorOf(q),
+    });
+    return { events: page.items, cursor: page.cursor };
+  });
+  read('get', '/events/dead', 'events.dead', async (req) => {
+    const q = req.query(['source', 'limit', 'cursor']);
+    const page = await listDeadLetters(db, { source: nameOf(q, 'source'), limit: limitOf(q), cursor: cursorOf(q) });
+    return { deadLetters: page.items, cursor: page.cursor };
+  });
+  change('/events/dead/replay', 'events.replay', async (req) => {
+    req.query([]);
+    const target = replayOf(await req.body());
+    return {
+      target: target === 'all' ? 'all' : `${target.source}/${target.id}`,
+      detail: target === 'all' ? { all: true } : target,
+      run: async () => {
+        const replayed = await events.replay(target === 'all' ? 'all' : [target]);
+        if (replayed === 0 && target !== 'all') {
+          const event = await events.get(target.source, target.id);
+          if (!event) refuse('NOT_FOUND', `no event ${target.source}/${target.id}`);
+          refuse('NOT_REPLAYABLE', `event ${target.source}/${target.id} is ${event?.status}, not dead-lettered`);
+        }
+        return { replayed };
+      },
+    };
+  });
+
+  read('get', '/flows', 'flows.list', async (req) => {
+    const q = req.query(['status', 'limit', 'cursor']);
+    const page = await listFlowRuns(db, {
+      status: oneOf(q, 'status', FLOW_STATUSES),
+      limit: limitOf(q),
+      cursor: cursorOf(q),
+    });
+    return { flows: page.items, cursor: page.cursor };
+  });
+  read('get', '/flows/:id', 'flows.show', async (req) => {
+    req.query([]);
+    const workflowId = idOf(req.c.req.param('id') ?? '', 'the workflow id');
+    const flow = flows ? await flows.show(workflowId) : null;
+    if (!flow) refuse('NOT_FOUND', `no flow ${workflowId}${flows ? '' : ' (this app has no flows)'}`);
+    return flow;
+  });
+  const flowChange = (verb: 'retry' | 'cancel') =>
+    change(`/flows/:id/${verb}`, `flows.${verb}`, async (req) => {
+      req.query([]);
+      const workflowId = idOf(req.c.req.param('id') ?? '', 'the workflow id');
+      onlyFields(await req.body(), []);
+      return {
+        target: workflowId,
+        detail: {},
+        run: async () => {
+          const changed = flows ? await flows[verb](workflowId) : false;
+          const flow = flows ? await flows.get(workflowId) : null;
+          if (!flow) refuse('NOT_FOUND', `no flow ${workflowId}${flows ? '' : ' (this app has no flows)'}`);
+          if (!changed)
+            refuse(
+              verb === 'retry' ? 'FLOW_NOT_RETRYABLE' : 'FLOW_NOT_CANCELLABLE',
+              verb === 'retry'
+                ? `flow ${workflowId} is ${flow?.status}: only a failed flow is retried`
+                : `flow ${workflowId} is ${flow?.status}: only a pending or waiting flow is cancelled`,
+            );
+          return flow;
+        },
+      };
+    });
+  flowChange('retry');
+  flowChange('cancel');
+
+  read('get', '/approvals', 'approvals.list', async (req) => {
+    const q = req.query(['status', 'limit', 'cursor']);
+    const page = await listApprovalRows(db, {
+      status: oneOf(q, 'status', APPROVAL_STATUSES),
+      limit: limitOf(q),
+      cursor: cursorOf(q),
+    });
+    return { approvals: page.items, cursor: page.cursor };
+  });
+  const decide = (verb: 'approve' | 'reject') =>
+    change(`/approvals/:id/${verb}`, `approvals.${verb}`, async (req) => {
+      req.query([]);
+      const id = idOf(req.c.req.param('id') ?? '', 'the approval id');
+      const body = await req.body();
+      onlyFields(body, verb === 'reject' ? ['reason'] : []);
+      const reason = textField(body, 'reason') ?? null;
+      return {
+        target: id,
+        detail: reason === null ? {} : { reason },
+        run: async () => {
+          if (!(await hasTable(db, 'oncely_approvals'))) refuse('APPROVAL_UNKNOWN', `no approval ${id}`);
+          const to = verb === 'approve' ? 'approved' : 'rejected';
+          const { approval, decided } = await decideApproval(db, id, to, settlerName(req.identity), reason);
+          if (!approval) refuse('APPROVAL_UNKNOWN', `no approval ${id}`);
+          if (decided === 'expired') refuse('APPROVAL_EXPIRED', `approval ${id} expired before it was decided`);
+          if (decided === null)
+            refuse('APPROVAL_DECIDED', `approval ${id} is ${approval?.status} already (by ${approval?.decidedBy})`);
+          return getApproval(db, id);
+        },
+      };
+    });
+  decide('approve');
+  decide('reject');
+
+  read('get', '/credits', 'credits.list', async (req) => {
+    const q = req.query(['limit', 'cursor']);
+    const page = await listCredits(db, { limit: limitOf(q), cursor: cursorOf(q) });
+    return { accounts: page.items, cursor: page.cursor };
+  });
+
+  read('get', '/duplicates', 'duplicates.list', async (req) => {
+    const q = req.query(['table', 'limit', 'cursor']);
+    const table = nameOf(q, 'table');
+    const limit = limitOf(q);
+    const cursor = cursorOf(q);
+    if (!(await hasTable(db, 'oncely_duplicate_findings'))) return { findings: [], cursor: null };
+    return listFindings(db, { limit, ...(table === undefined ? {} : { table }), ...(cursor ? { cursor } : {}) });
+  });
+
+  read('get', '/audit', 'audit.list', async (req) => {
+    const q = req.query(['limit', 'cursor']);
+    const page = await audit.list(limitOf(q), cursorOf(q));
+    return { actions: page.actions, cursor: page.cursor };
+  });
+
+  // Unknown admin paths answer after the access check: a caller without the token learns nothing of the routes.
+  app.all('*', (c) => {
+    const req = admit(c, 'unknown');
+    if (req instanceof Response) return req;
+    count('unknown', 'refused');
+    return answer(404, {
+      error: { code: 'NOT_FOUND', message: `no admin route ${c.req.method} ${c.req.path}` },
+    });
+  });
+  return app;
+}
+
+/** The envelope of the host's other routes: `{ code: 0, data }` or `{ code: <status>, error }`; NaN rates as null. */
+function answer(
+  status: number,
+  body: { data: unknown } | { error: { code: string; message: string } },
+  headers: Record<string, string> = {},
+): Response {
+  const text = statsJson('data' in body ? { code: 0, data: body.data ?? null } : { code: status, error: body.error });
+  return new Response(text, { status, headers: { 'content-type': 'application/json', ...headers } });
+}
+
+/** An error as answered: a catalogue code with its status; anything else is the database failing. */
+function failureOf(error: unknown): { status: number; error: { code: string; message: string } } {
+  if (error instanceof OncelyError)
+    return { status: statusOf(error.code), error: { code: error.code, message: error.message } };
+  const message = error instanceof Error ? error.message : String(error);
+  return { status: 503, error: { code: 'STORE_UNAVAILABLE', message: `the database failed: ${message}` } };
+}
+
+function refOf(text: string) {
+  const id = parseRecordRef(text);
+  if (!id)
+    throw new OncelyError(
+      'INVALID_ARGUMENT',
+      'a record ref is tenant/action/key, each part percent-encoded, the whole URL-encoded once more (%2F between parts)',
+    );
+  return id;
+}
+
+/** The host name of a Host header: `localhost:3000` -> `localhost`, `[::1]:3000` -> `::1`. */
+function hostName(host: string | undefined): string | undefined {
+  if (!host) return undefined;
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(host);
+  if (bracketed) return bracketed[1];
+  const name = host.replace(/:\d+$/, '').toLowerCase();
+  // localhost is this machine by definition (RFC 6761); the check is against names a rebinding page cannot use.
+  return name === 'localhost' ? '127.0.0.1' : name;
+}
