@@ -13,6 +13,7 @@ export interface ReconcileCommandOptions {
   action?: string;
   tenant?: string;
   json?: boolean;
+  duplicates?: boolean;
 }
 
 /**
@@ -38,6 +39,7 @@ export function addReconcileCommand(program: Command): Command {
     .option('--action <action>', "only this action's records (a handler's is 'POST <group>.<name>')")
     .option('--tenant <tenant>', "only this tenant's records")
     .option('--json', 'print the report as JSON')
+    .option('--duplicates', "instead: scan the config's effect tables for residual duplicates, print each finding")
     .action(async (arg: string | undefined, options: ReconcileCommandOptions) => {
       const pass = passOptions(options);
       const [{ registerAppLoader }, { openHost }] = await Promise.all([
@@ -47,8 +49,14 @@ export function addReconcileCommand(program: Command): Command {
       await registerAppLoader();
       const host = await openHost(appDir(arg, options), options.db, { poolSize: 2 });
       try {
-        const report = await host.reconcile(pass);
-        console.log(options.json ? JSON.stringify(report, null, 2) : reconcileText(report));
+        if (options.duplicates) {
+          const { scanText } = await import('../ops/duplicates.js');
+          const scan = await host.scanDuplicates();
+          console.log(options.json ? JSON.stringify(scan, null, 2) : scanText(scan));
+        } else {
+          const report = await host.reconcile(pass);
+          console.log(options.json ? JSON.stringify(report, null, 2) : reconcileText(report));
+        }
       } finally {
         await host.stop();
       }
