@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../core/errors.js';
-import { absoluteRecord, type RecordId, type RecordState, type StoredRecord } from '../core/record.js';
+import { absoluteRecord, type RecordId, type RecordState, type Settlement, type StoredRecord } from '../core/record.js';
 import type { Expectation, InsertResult, RecordPatch } from '../store.js';
-import { FIELDS, LEASE_MARGIN_MS, TAG } from './scripts.js';
+import { FIELDS, INDEXED_STATES, LEASE_MARGIN_MS, SETTLED_TAG, TAG } from './scripts.js';
 
 // Hot path: every function here runs once per call; each record and patch becomes one string in
 // the layout of scripts.ts (FIELDS), written and read field by field in that order.
@@ -12,6 +12,24 @@ import { FIELDS, LEASE_MARGIN_MS, TAG } from './scripts.js';
  */
 export function recordKey(prefix: string, id: RecordId): string {
   return `${prefix}r:${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
+}
+
+/** The index keys every writing script takes first, in the order of INDEXED_STATES: `<prefix>i:<state>`. */
+export function indexKeys(prefix: string): string[] {
+  return INDEXED_STATES.map((state) => `${prefix}i:${state}`);
+}
+
+/** Whether a stored string is a record of ours (either tag). */
+export function isRecordText(s: string): boolean {
+  return s.startsWith(TAG) || s.startsWith(SETTLED_TAG);
+}
+
+/**
+ * A settlement as its field: JSON with every '|' escaped (JSON reads '\u007c' back as '|'), so
+ * the field never holds the separator, whatever a settler's name or note says.
+ */
+function settlementText(settlement: Settlement): string {
+  return JSON.stringify(settlement).replace(/\|/g, '\\u007c');
 }
 
 /** In a patch: keep the stored field. No number, state or JSON text is ever '~'. */
@@ -32,10 +50,12 @@ function text(value: unknown, name: string): string {
   return s;
 }
 
-/** The stored string of a record. Its id is not in it: the key holds that. */
+/** The stored string of a record (SETTLED_TAG's form when it carries a settlement). Its id is not in it: the key holds that. */
 export function encodeRecord(r: StoredRecord): string {
   if (r.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
-  return `${TAG}${String(r.state)}|${Number(r.fence)}|${opt(r.leaseUntil)}|${opt(r.expiresAt)}|${Number(r.attempts)}|${Number(r.createdAt)}|${Number(r.updatedAt)}|${opt(r.completedAt)}|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`;
+  const head = `${String(r.state)}|${Number(r.fence)}|${opt(r.leaseUntil)}|${opt(r.expiresAt)}|${Number(r.attempts)}|${Number(r.createdAt)}|${Number(r.updatedAt)}|${opt(r.completedAt)}|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}`;
+  if (r.settlement) return `${SETTLED_TAG}${head}|${settlementText(r.settlement)}|${opt(r.result)}`;
+  return `${TAG}${head}|${opt(r.result)}`;
 }
 
 /**
@@ -56,13 +76,15 @@ export function expiryOf(r: StoredRecord): string {
 
 /**
  * A record whose times are ms from Redis's now as INSERT reads it (its INSERT_SLOTS strings): its
- * shape (the fields but the texts, and its expiry), then its texts.
+ * shape (the fields but the texts, and its expiry), then its texts ('#' first when they hold a settlement).
  */
 export function relativeRecordArgs(r: StoredRecord): [string, string] {
   if (r.result === KEEP) throw new InvalidArgumentError("redis store: a result may not be '~'");
   return [
     `${text(r.state, 'state')}|${Number(r.fence)}|${opt(r.leaseUntil)}|${opt(r.expiresAt)}|${Number(r.attempts)}|${Number(r.createdAt)}|${Number(r.updatedAt)}|${opt(r.completedAt)}|${expiryOf(r)}`,
-    `|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`,
+    r.settlement
+      ? `#|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${settlementText(r.settlement)}|${opt(r.result)}`
+      : `|${text(r.fingerprint, 'fingerprint')}|${text(r.traceId, 'traceId')}|${opt(r.result)}`,
   ];
 }
 
@@ -85,18 +107,19 @@ export function updateArgs(expect: Expectation, p: RecordPatch, relative: boolea
   const state = p.state === undefined ? KEEP : text(p.state, 'state');
   const fingerprint = p.fingerprint === undefined ? KEEP : text(p.fingerprint, 'fingerprint');
   const traceId = p.traceId === undefined ? KEEP : text(p.traceId, 'traceId');
+  const settlement = p.settlement === undefined ? KEEP : p.settlement === null ? '' : settlementText(p.settlement);
   return [
     String(Number(expect.fence)),
     lease,
     `${check}|${expect.states.join(',')}|${relative ? '1' : '0'}|${state}|${patched(p.leaseUntil)}|${patched(p.expiresAt)}|${patched(p.createdAt)}|${patched(p.updatedAt)}|${patched(p.completedAt)}`,
-    `${patched(p.fence)}|${patched(p.attempts)}|${fingerprint}|${traceId}`,
+    `${patched(p.fence)}|${patched(p.attempts)}|${fingerprint}|${traceId}|${settlement}`,
     patched(p.result),
   ];
 }
 
 const num = (s: string): number | null => (s === '' ? null : Number(s));
 
-/** A record from its stored string (which GET and INSERT checked to carry the tag) and its id. */
+/** A record from its stored string (which GET and INSERT checked to carry a tag) and its id. */
 export function decodeRecord(value: unknown, id: RecordId): StoredRecord {
   // A client with a Buffer type mapping answers Buffers: String() reads those too.
   const s = String(value);
@@ -109,8 +132,14 @@ export function decodeRecord(value: unknown, id: RecordId): StoredRecord {
     f.push(s.slice(at, end));
     at = end + 1;
   }
+  let settlement: string | undefined;
+  if (s.startsWith(SETTLED_TAG)) {
+    const end = s.indexOf('|', at);
+    settlement = s.slice(at, end);
+    at = end + 1;
+  }
   const result = s.slice(at);
-  return {
+  const record: StoredRecord = {
     tenant: id.tenant,
     action: id.action,
     key: id.key,
@@ -126,6 +155,9 @@ export function decodeRecord(value: unknown, id: RecordId): StoredRecord {
     completedAt: num(f[7] as string),
     expiresAt: num(f[3] as string),
   };
+  // Absent, not undefined, on a record never settled (as the other stores read it).
+  if (settlement) record.settlement = JSON.parse(settlement) as Settlement;
+  return record;
 }
 
 /** The per-record answers of a batch script, checked to be one per record (and `extra` more). */
@@ -150,7 +182,7 @@ export function insertAnswer(
   if (answer instanceof Error) return answer;
   // Told apart by the tag (which the script checked) rather than the reply's type, so a client
   // that maps integers to strings reads them too.
-  if (typeof answer !== 'number' && String(answer).startsWith(TAG))
+  if (typeof answer !== 'number' && isRecordText(String(answer)))
     return { inserted: false, record: decodeRecord(answer, record), now };
   if (!relative) return { inserted: true, record, now };
   const stored = absoluteRecord(record, now);

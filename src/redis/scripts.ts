@@ -8,7 +8,8 @@ export interface RedisScript {
   readonly sha: string;
 }
 
-function script(source: string): RedisScript {
+/** A script of `source`, with its SHA-1. */
+export function script(source: string): RedisScript {
   return { source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
@@ -16,7 +17,9 @@ function script(source: string): RedisScript {
  * A record is one Redis string (see codec.ts): `o1|` then these fields joined by '|', the result
  * last because it is the only one that may itself contain '|'. One string instead of a hash
  * because Redis then does one command per write: an insert is a single SET NX GET, and a
- * conditional write a GET and a SET, where a hash needed seven commands for the pair.
+ * conditional write a GET and a SET, where a hash needed seven commands for the pair. A settled
+ * record is `o2|` then the same fields with its settlement (JSON without '|') before the result:
+ * a record never settled keeps the `o1|` form, byte for byte as before settlements existed.
  */
 export const FIELDS = [
   'state',
@@ -32,8 +35,21 @@ export const FIELDS = [
   'result',
 ] as const;
 
-/** The version tag every record starts with; a string without it is not ours. */
+/** The version tag every record starts with; a string without it (or SETTLED_TAG) is not ours. */
 export const TAG = 'o1|';
+/** The tag of a record that carries a settlement (a field before the result). */
+export const SETTLED_TAG = 'o2|';
+
+/**
+ * The states with an index: a sorted set per state, `<prefix>i:<state>`, whose members (all of
+ * score 0, so they sort by bytes) are the record keys without `<prefix>r:`. Operators look for
+ * exactly these records (waiting for a person, stalled), and they are few beside the finished
+ * ones, so listing them reads the index, never the keyspace. Every script that writes a record
+ * takes both index keys first in KEYS, in this order, and keeps them exact in the same run.
+ */
+export const INDEXED_STATES = ['in_progress', 'unknown'] as const;
+/** How many index keys come before the record keys in the KEYS of INSERT, INSERT_GIVEN and UPDATE. */
+export const INDEX_KEYS = INDEXED_STATES.length;
 
 /** ARGV slots per key of INSERT (see there). */
 export const INSERT_SLOTS = 2;
@@ -42,8 +58,10 @@ export const INSERT_GIVEN_SLOTS = 2;
 /** ARGV slots per key of UPDATE (see there). */
 export const UPDATE_SLOTS = 5;
 
-// One capture per field; '' is a null.
-const PATTERN = `'^o1|${FIELDS.map((_, i) => (i === FIELDS.length - 1 ? '(.*)' : '([^|]*)|')).join('')}$'`;
+// One capture per field; '' is a null. A settled record has one more field, before the result.
+const HEAD = FIELDS.slice(0, -1);
+const PATTERN = `'^o1|${HEAD.map(() => '([^|]*)|').join('')}(.*)$'`;
+const SETTLED_PATTERN = `'^o2|${HEAD.map(() => '([^|]*)|').join('')}([^|]*)|(.*)$'`;
 
 /**
  * How long an in_progress record outlives its lease, whatever its TTL: a claim whose holder
@@ -73,9 +91,22 @@ const FOREIGN = `
 local function foreign(key)
   return { err = 'the value at ' .. key .. ' is not an oncely record' }
 end
+local function ours(value)
+  local tag = string.sub(value, 1, 3)
+  return tag == '${TAG}' or tag == '${SETTLED_TAG}'
+end
 `;
 
-const CLOCK = `${FOREIGN}
+// The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state, and a record key's member:
+// the key past '<prefix>r:', where the prefix is read off the first index key, so a client's own
+// key prefix (ioredis keyPrefix, which Redis sees in KEYS) is part of it.
+const INDEX = `
+local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
+local after = #KEYS[1] - ${`i:${INDEXED_STATES[0]}`.length} + 3
+local function member(key) return string.sub(key, after) end
+`;
+
+const CLOCK = `${FOREIGN}${INDEX}
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local printed = { [''] = '', ['~'] = '~', ['0'] = string.format('%.0f', now) }
@@ -101,19 +132,20 @@ end
  * expiry) and its texts, so per key Lua parses nothing: a run's claims mostly share one shape,
  * which is read and printed once per run (times, fence), and each value is that shape's string
  * joined with the record's texts. It is written with one `SET key value NX GET [PXAT at]`,
- * which answers the existing value instead when the key is taken (and then writes nothing).
+ * which answers the existing value instead when the key is taken (and then writes nothing); an
+ * in_progress or unknown record inserted joins its state's index (one ZADD).
  * A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
  * record that expired leaves nothing behind, and the key's next claim must still outrank every
  * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
  * takeover, and each takeover takes a round trip (more than a microsecond), so a record's fences
  * stay below the clock, and its successor starts above them. No counter key is kept per record.
  *
- * KEYS: the record keys.
- * ARGV, INSERT_SLOTS per key: the shape
+ * KEYS: the index keys (INDEXED_STATES), then the record keys.
+ * ARGV, INSERT_SLOTS per record key: the shape
  *   `state|fence|leaseUntil|expiresAt|attempts|createdAt|updatedAt|completedAt|expiry`, where
  *   the fence stored is the larger of the one given and now in µs, the expiry is the PXAT by the
  *   rule above, and every time is ms from now ('' a null, or no expiry); then the texts
- *   `|fingerprint|traceId|result`.
+ *   `|fingerprint|traceId|result`, or `#|fingerprint|traceId|settlement|result` for a settled record.
  * Answers: per key, the fence stored (an integer) when inserted, else the existing record's
  *   string, or an error (a foreign value); then Redis's now in ms.
  */
@@ -127,47 +159,59 @@ local function shaped(shape)
   local state, fence, lease, expires, attempts, created, updated, completed, expiry =
     string.match(shape, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   if n_us > tonumber(fence) then fence = now_us end
-  s = { '${TAG}' .. state .. '|' .. fence .. '|' .. at(lease) .. '|' .. at(expires) .. '|' .. attempts .. '|'
-    .. at(created) .. '|' .. at(updated) .. '|' .. at(completed), tonumber(fence), expiry ~= '' and at(expiry) }
+  local body = state .. '|' .. fence .. '|' .. at(lease) .. '|' .. at(expires) .. '|' .. attempts .. '|'
+    .. at(created) .. '|' .. at(updated) .. '|' .. at(completed)
+  s = { '${TAG}' .. body, tonumber(fence), expiry ~= '' and at(expiry), body, index[state] }
   shapes[shape] = s
   return s
 end
 local out = {}
-for i = 1, #KEYS do
+for i = 1, #KEYS - ${INDEX_KEYS} do
+  local key = KEYS[i + ${INDEX_KEYS}]
   local s = shaped(ARGV[${INSERT_SLOTS} * i - 1])
-  local value = s[1] .. ARGV[${INSERT_SLOTS} * i]
+  local texts = ARGV[${INSERT_SLOTS} * i]
+  local value
+  if string.byte(texts, 1) == 35 then value = '${SETTLED_TAG}' .. s[4] .. string.sub(texts, 2)
+  else value = s[1] .. texts end
   local old
-  if s[3] then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', s[3])
-  else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET') end
-  if not old then out[i] = s[2]
-  elseif type(old) == 'table' or string.sub(old, 1, 3) == '${TAG}' then out[i] = old
-  else out[i] = foreign(KEYS[i]) end
+  if s[3] then old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', s[3])
+  else old = redis.pcall('SET', key, value, 'NX', 'GET') end
+  if not old then
+    out[i] = s[2]
+    if s[5] then redis.call('ZADD', s[5], 0, member(key)) end
+  elseif type(old) == 'table' or ours(old) then out[i] = old
+  else out[i] = foreign(key) end
 end
-out[#KEYS + 1] = now
+out[#out + 1] = now
 return out
 `);
 
 /**
- * Insert if absent, for records whose times are absolute, stored as given.
+ * Insert if absent, for records whose times are absolute, stored as given; an in_progress or
+ * unknown record inserted joins its state's index.
  *
- * KEYS: the record keys.
- * ARGV, INSERT_GIVEN_SLOTS per key: the encoded record; its expiry (PXAT, by the rule above),
- *   '' for none.
+ * KEYS: the index keys (INDEXED_STATES), then the record keys.
+ * ARGV, INSERT_GIVEN_SLOTS per record key: the encoded record; its expiry (PXAT, by the rule
+ *   above), '' for none.
  * Answers: per key, 0 when inserted, else the existing record's string, or an error (a
  *   foreign value); then Redis's now in ms.
  */
 export const INSERT_GIVEN = script(`${CLOCK}
 local out = {}
-for i = 1, #KEYS do
+for i = 1, #KEYS - ${INDEX_KEYS} do
+  local key = KEYS[i + ${INDEX_KEYS}]
   local value, expiry = ARGV[${INSERT_GIVEN_SLOTS} * i - 1], ARGV[${INSERT_GIVEN_SLOTS} * i]
   local old
-  if expiry == '' then old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET')
-  else old = redis.pcall('SET', KEYS[i], value, 'NX', 'GET', 'PXAT', expiry) end
-  if not old then out[i] = 0
-  elseif type(old) == 'table' or string.sub(old, 1, 3) == '${TAG}' then out[i] = old
-  else out[i] = foreign(KEYS[i]) end
+  if expiry == '' then old = redis.pcall('SET', key, value, 'NX', 'GET')
+  else old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', expiry) end
+  if not old then
+    out[i] = 0
+    local to = index[string.match(value, '^o[12]|([^|]*)|')]
+    if to then redis.call('ZADD', to, 0, member(key)) end
+  elseif type(old) == 'table' or ours(old) then out[i] = old
+  else out[i] = foreign(key) end
 end
-out[#KEYS + 1] = now
+out[#out + 1] = now
 return out
 `);
 
@@ -176,17 +220,19 @@ return out
  * the previous one left: the same as separate calls in that order, so one run may carry several
  * per key. Each write comes as its shape (the checks and the patch's state and times), which a
  * run's writes mostly share and Lua reads and prints once per run, and its per-record parts; the
- * stored record is parsed, and only the fields the patch sets are replaced.
+ * stored record is parsed, and only the fields the patch sets are replaced. A write that changes
+ * the state moves the record between indexes (a ZREM from the old state's, a ZADD to the new
+ * one's, where those states have one).
  *
- * KEYS: the record keys.
- * ARGV, UPDATE_SLOTS per key:
+ * KEYS: the index keys (INDEXED_STATES), then the record keys.
+ * ARGV, UPDATE_SLOTS per record key:
  *   1. the expected fence;
  *   2. the expected lease (when the lease check is '2', else '');
  *   3. the shape `check|states|relative|state|leaseUntil|expiresAt|createdAt|updatedAt|completedAt`:
  *      the lease check ('0' none, '1' the lease must be null, '2' it must equal the expected
  *      lease), the allowed states joined by ',', '1' when the patch's times are ms from Redis's
  *      now ('0' absolute), then the patch's state and times;
- *   4. the patch's `fence|attempts|fingerprint|traceId`;
+ *   4. the patch's `fence|attempts|fingerprint|traceId|settlement` (the settlement's JSON, '' to remove it);
  *   5. the patch's result.
  *   A patch field is '~' where the patch keeps it, '' for a null.
  * Answers: per key, Redis's now in ms when the write applied (what its relative times count
@@ -212,7 +258,7 @@ local patches = {}
 local function parts(text)
   local p = patches[text]
   if p then return p end
-  p = { string.match(text, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$') }
+  p = { string.match(text, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$') }
   patches[text] = p
   return p
 end
@@ -221,7 +267,12 @@ local function update(key, b)
   if not value then return 0 end
   if type(value) == 'table' then return value end
   local ${FIELDS.join(', ')} = string.match(value, ${PATTERN})
-  if not state then return foreign(key) end
+  local settlement = ''
+  if not state then
+    ${HEAD.join(', ')}, settlement, result = string.match(value, ${SETTLED_PATTERN})
+    if not state then return foreign(key) end
+  end
+  local was = state
   local e = ARGV[b + 1]
   if fence ~= e and tonumber(fence) ~= tonumber(e) then return 0 end
   local s = shaped(ARGV[b + 3])
@@ -242,9 +293,11 @@ local function update(key, b)
   if p[2] ~= '~' then attempts = p[2] end
   if p[3] ~= '~' then fingerprint = p[3] end
   if p[4] ~= '~' then traceId = p[4] end
+  if p[5] ~= '~' then settlement = p[5] end
   e = ARGV[b + 5]
   if e ~= '~' then result = e end
-  value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
+  if settlement == '' then value = '${TAG}' .. ${FIELDS.join(" .. '|' .. ")}
+  else value = '${SETTLED_TAG}' .. ${HEAD.join(" .. '|' .. ")} .. '|' .. settlement .. '|' .. result end
   local expiry = nil
   if state ~= 'unknown' and expiresAt ~= '' then
     expiry = expiresAt
@@ -254,11 +307,16 @@ local function update(key, b)
     end
   end
   if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
+  if state ~= was then
+    local from, to = index[was], index[state]
+    if from then redis.call('ZREM', from, member(key)) end
+    if to then redis.call('ZADD', to, 0, member(key)) end
+  end
   return now
 end
 local out = {}
-for i = 1, #KEYS do
-  out[i] = update(KEYS[i], ${UPDATE_SLOTS} * (i - 1))
+for i = 1, #KEYS - ${INDEX_KEYS} do
+  out[i] = update(KEYS[i + ${INDEX_KEYS}], ${UPDATE_SLOTS} * (i - 1))
 end
 return out
 `);
@@ -277,7 +335,7 @@ for i = 1, #KEYS do
   local value = redis.pcall('GET', KEYS[i])
   if not value then out[i] = 0
   elseif type(value) == 'table' then out[i] = value
-  elseif string.sub(value, 1, 3) ~= '${TAG}' then out[i] = foreign(KEYS[i])
+  elseif not ours(value) then out[i] = foreign(KEYS[i])
   else out[i] = value end
 end
 return out

@@ -1,19 +1,29 @@
 import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
-import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
+import type {
+  Expectation,
+  InsertResult,
+  RecordPage,
+  RecordPatch,
+  RecordQuery,
+  RecordStore,
+  WriteOptions,
+} from '../store.js';
 import {
   answers,
   encodeRecord,
   expiryOf,
   getAnswer,
+  indexKeys,
   insertAnswer,
   recordKey,
   relativeRecordArgs,
   updateAnswer,
   updateArgs,
 } from './codec.js';
-import { GET, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
+import { listPage, listRequest } from './listing.js';
+import { GET, INDEX_KEYS, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
 export { recordKey };
 
@@ -79,7 +89,10 @@ interface Update {
 }
 
 /**
- * A record store on Redis: each record is one string, and Redis expires records itself. Concurrent
+ * A record store on Redis: each record is one string, and Redis expires records itself; the
+ * in_progress and unknown records are also members of a sorted set per state (`<prefix>i:<state>`,
+ * kept by the same script runs that write the records), which `list` reads instead of the keyspace.
+ * Concurrent
  * calls of one kind are coalesced into atomic Lua script runs of up to MAX_BATCH records (one
  * EVALSHA each, sent at once while fewer than MAX_IN_FLIGHT are out, so a lone call waits for
  * nothing). It cannot join a caller's SQL transaction. Not for Redis Cluster: a batch's script
@@ -89,6 +102,8 @@ interface Update {
 export class RedisStore implements RecordStore {
   readonly kind = 'redis';
   private readonly prefix: string;
+  // The index keys every writing script names first (see INDEXED_STATES).
+  private readonly indexKeys: string[];
   private readonly timeoutMs: number;
   private readonly url: string | undefined;
   private readonly given: Send | undefined;
@@ -118,6 +133,7 @@ export class RedisStore implements RecordStore {
       throw new InvalidArgumentError('redisStore: give exactly one of `url` or `client`');
     }
     this.prefix = prefix;
+    this.indexKeys = indexKeys(prefix);
     this.timeoutMs = timeoutMs;
     this.url = options.url;
     this.given = options.client ? sender(options.client) : undefined;
@@ -166,6 +182,16 @@ export class RedisStore implements RecordStore {
     }
   }
 
+  /**
+   * A page of `query`: `in_progress` and `unknown` from their index in key order (dropping members
+   * whose record expired or moved on), other listings by SCAN. A page may hold fewer records than
+   * `limit`, even none, before the end: only a null cursor says the listing is done.
+   */
+  async list(query: RecordQuery): Promise<RecordPage> {
+    const request = listRequest(this.prefix, query);
+    return listPage(request, await this.send(request.script, request.args));
+  }
+
   /** Always 0: Redis expires records natively (each write sets PEXPIREAT), so there is nothing to purge. */
   async purgeExpired(_now: number, _limit: number): Promise<number> {
     return 0;
@@ -184,11 +210,11 @@ export class RedisStore implements RecordStore {
     else dispose(c);
   }
 
-  // One EVALSHA per batch: KEYS are the records' keys, ARGV their slots, back to back.
+  // One EVALSHA per batch: KEYS are the index keys and the records' keys, ARGV their slots, back to back.
   // INSERT for records whose times are ms from Redis's now (the engine's), INSERT_GIVEN for
   // absolute ones.
   private async insertMany(script: RedisScript, items: Insert[]): Promise<(InsertResult | Error)[]> {
-    const args = [script.sha, String(items.length)];
+    const args = [script.sha, String(items.length + INDEX_KEYS), ...this.indexKeys];
     for (const item of items) args.push(recordKey(this.prefix, item.record));
     for (const item of items) for (const arg of item.args) args.push(arg);
     // One answer per record, then Redis's clock.
@@ -203,7 +229,7 @@ export class RedisStore implements RecordStore {
   }
 
   private async updateMany(items: Update[]): Promise<(number | null | Error)[]> {
-    const args = [UPDATE.sha, String(items.length)];
+    const args = [UPDATE.sha, String(items.length + INDEX_KEYS), ...this.indexKeys];
     for (const item of items) args.push(recordKey(this.prefix, item.id));
     for (const item of items) for (const arg of item.args) args.push(arg);
     return answers(await this.send(UPDATE, args), items.length).map(updateAnswer);

@@ -1,0 +1,148 @@
+import { script } from './scripts.js';
+
+// The listing scripts read records by keys they find (index members, SCAN) rather than keys in
+// KEYS: a single Redis allows that, and the store is for a single Redis (see store.ts). Both
+// learn the store's prefix, as Redis sees it (a client's own key prefix included), from KEYS[1],
+// an index key `<prefix>i:<state>`, and read a record at `<prefix>r:<member>`.
+//
+// Both take the same filters first:
+// ARGV 1. the state ('' any); 2. the tenant as '=' .. tenant ('' any); 3. the action, the same;
+//      4. updatedBefore in epoch ms ('' none); 5. the most records to answer.
+//
+// A member (the key past `<prefix>r:`) is `<len>:<tenant>:<len>:<action>:<key>` with the lengths
+// in UTF-16 units (recordKey in codec.ts), which `split` walks in UTF-8 bytes: one unit per
+// character, two for one of four bytes (outside the BMP).
+const FILTERS = `
+local prefix = string.match(KEYS[1], '^(.*)i:[%a_]+$')
+local want_state, want_tenant, want_action = ARGV[1], ARGV[2], ARGV[3]
+local before = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local function units(s, at, n)
+  while n > 0 do
+    local b = string.byte(s, at)
+    if not b then return nil end
+    if b < 128 then at = at + 1 elseif b < 224 then at = at + 2 elseif b < 240 then at = at + 3
+    else at = at + 4; n = n - 1 end
+    n = n - 1
+  end
+  return at
+end
+local function split(m)
+  local tl, ts = string.match(m, '^(%d+):()')
+  if not tl then return nil end
+  local te = units(m, ts, tonumber(tl))
+  if not te then return nil end
+  local al, as = string.match(m, '^:(%d+):()', te)
+  if not al then return nil end
+  local ae = units(m, as, tonumber(al))
+  if not ae or string.sub(m, ae, ae) ~= ':' then return nil end
+  return string.sub(m, ts, te - 1), string.sub(m, as, ae - 1)
+end
+-- A record's state and updatedAt, or nil for a value that is not a record of ours (gone,
+-- another type, a foreign string): listing passes over those rather than failing.
+local function read(value)
+  if type(value) ~= 'string' then return nil end
+  return string.match(value, '^o[12]|([^|]*)|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
+end
+-- Whether a record of ours fits the filters but its state.
+local function fits(m, updated)
+  if before and tonumber(updated) > before then return false end
+  if want_tenant == '' and want_action == '' then return true end
+  local tenant, action = split(m)
+  if not tenant then return false end
+  if want_tenant ~= '' and '=' .. tenant ~= want_tenant then return false end
+  if want_action ~= '' and '=' .. action ~= want_action then return false end
+  return true
+end
+`;
+
+/**
+ * Most index members one LIST_INDEX run examines, so a run whose filters few members meet stays
+ * short (some ms) even on a large index; a page then ends short, with a cursor.
+ */
+export const INDEX_BUDGET = 10_000;
+/** About the most keys the SCAN calls of one LIST_SCAN run visit (the sum of their COUNTs). */
+export const SCAN_BUDGET = 100_000;
+/** The largest COUNT of one SCAN call: what a page holds beyond its limit (pending) stays below it. */
+export const SCAN_COUNT_MAX = 1_000;
+
+/**
+ * One page of a state's index, in member order, from a lexical bound, up to `limit` records that
+ * fit the filters. A member whose record is gone (expired by its PXAT, which cannot touch the
+ * index), is no record of ours, or is in another state is removed from the index as it is met,
+ * in the same run as the read that found it stale, so a record written meanwhile is never dropped.
+ * At most INDEX_BUDGET members are examined; a page then ends short.
+ *
+ * KEYS: the index key of the state.
+ * ARGV: the filters (1 to 5, the state that of the index); 6. the lower bound (ZRANGE BYLEX:
+ *   '-' or '(' .. the last member of the previous page or '[' .. a prefix); 7. the upper bound.
+ * Answers: the last member examined ('' when the index has no more in the bounds), and the
+ *   records as member, value, member, value...
+ */
+export const LIST_INDEX = script(`${FILTERS}
+local key, upper = KEYS[1], ARGV[7]
+local from = ARGV[6]
+local out, n, seen = {}, 0, 0
+while true do
+  local chunk = redis.call('ZRANGE', key, from, upper, 'BYLEX', 'LIMIT', 0, limit)
+  for j = 1, #chunk do
+    local m = chunk[j]
+    local value = redis.pcall('GET', prefix .. 'r:' .. m)
+    local state, updated = read(value)
+    if state ~= want_state then redis.call('ZREM', key, m)
+    elseif fits(m, updated) then
+      out[#out + 1] = m
+      out[#out + 1] = value
+      n = n + 1
+    end
+    seen = seen + 1
+    if n == limit or seen >= ${INDEX_BUDGET} then
+      if j == #chunk and #chunk < limit then return { '', out } end
+      return { m, out }
+    end
+  end
+  if #chunk < limit then return { '', out } end
+  from = '(' .. chunk[#chunk]
+end
+`);
+
+/**
+ * One page of every record under the prefix, by SCAN MATCH (of the tenant's and action's part of
+ * the key when given), filtered here. A SCAN call may answer more keys than the page has room
+ * for; those that fit are answered as pending, for the next page to read first, so none is
+ * skipped. Each call's COUNT is about the keys that should hold the records still missing, by
+ * the share of keys that fitted so far (10 to SCAN_COUNT_MAX), and a run stops after about
+ * SCAN_BUDGET keys: a page may end short, even empty, before the scan does.
+ *
+ * KEYS: an index key (only to learn the prefix; no index is read).
+ * ARGV: the filters (1 to 5); 6. the SCAN cursor ('0' to start, '' when the scan is done);
+ *   7. the start of the member every record must have ('' any); 8 on. pending members.
+ * Answers: the SCAN cursor ('' when done), the pending members, and the records as member,
+ *   value, member, value...
+ */
+export const LIST_SCAN = script(`${FILTERS}
+local out, pending, n, fitted = {}, {}, 0, 0
+local function take(m, value)
+  local state, updated = read(value)
+  if not state or (want_state ~= '' and state ~= want_state) or not fits(m, updated) then return end
+  fitted = fitted + 1
+  if n == limit then pending[#pending + 1] = m; return end
+  out[#out + 1] = m
+  out[#out + 1] = value
+  n = n + 1
+end
+for i = 8, #ARGV do take(ARGV[i], redis.pcall('GET', prefix .. 'r:' .. ARGV[i])) end
+fitted = 0
+local skip = #prefix + 3
+local pattern = string.gsub(prefix .. 'r:' .. ARGV[7], '[%*%?%[%]\\\\]', '\\\\%0') .. '*'
+local cursor, visited = ARGV[6], 0
+while cursor ~= '' and n < limit and visited < ${SCAN_BUDGET} do
+  local count = math.min(math.max(math.ceil((limit - n) * (visited + 1) / (fitted + 1)), 10), ${SCAN_COUNT_MAX})
+  local found = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
+  visited = visited + count
+  cursor = found[1]
+  if cursor == '0' then cursor = '' end
+  for _, k in ipairs(found[2]) do take(string.sub(k, skip), redis.pcall('GET', k)) end
+end
+return { cursor, pending, out }
+`);

@@ -1,0 +1,148 @@
+import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import type { RecordId, StoredRecord } from '../core/record.js';
+import type { RecordPage, RecordQuery } from '../store.js';
+import { decodeRecord } from './codec.js';
+import { LIST_INDEX, LIST_SCAN } from './list-scripts.js';
+import { INDEXED_STATES, type RedisScript } from './scripts.js';
+
+/** A listing as its script runs it: the script, its EVALSHA arguments, and which of the two it is. */
+export interface ListRequest {
+  script: RedisScript;
+  args: string[];
+  index: boolean;
+}
+
+/** Where a listing goes on: after an index member, or at a SCAN cursor ('' when done) after its pending members. */
+type Cursor = { i: string } | { s: string; p: string[] };
+
+const LIMIT_MAX = 1_000;
+// Above the longest cursor (a member is at most some 520 characters, see key.ts; a scan's pending
+// members are one SCAN call's overshoot, below SCAN_COUNT_MAX), so no cursor a listing gave is refused.
+const CURSOR_MAX = 1_048_576;
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+const SCAN_CURSOR = /^(0|[1-9][0-9]*)?$/;
+
+const invalid = () => new OncelyError('CURSOR_INVALID', 'cursor must be the cursor of a previous page');
+
+/** A record's member in an index: its key past `<prefix>r:` (see recordKey in codec.ts). */
+export function memberOf(id: RecordId): string {
+  return `${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
+}
+
+/** Reads memberOf's text back (the lengths make it unambiguous); null when it is not one. */
+export function parseMember(m: string): RecordId | null {
+  const tenant = part(m, 0);
+  if (!tenant) return null;
+  const action = part(m, tenant.end);
+  if (!action) return null;
+  const key = m.slice(action.end);
+  return key ? { tenant: tenant.text, action: action.text, key } : null;
+}
+
+/** One `<len>:<text>:` from `at`, and where the next part starts. */
+function part(m: string, at: number): { text: string; end: number } | null {
+  const colon = m.indexOf(':', at);
+  const digits = m.slice(at, colon);
+  if (colon < 0 || !/^(0|[1-9][0-9]*)$/.test(digits)) return null;
+  const start = colon + 1;
+  const end = start + Number(digits);
+  if (end === start || m[end] !== ':') return null;
+  return { text: m.slice(start, end), end: end + 1 };
+}
+
+function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(JSON.stringify(cursor)).toString('base64url');
+}
+
+function decodeCursor(text: string): Cursor {
+  if (typeof text !== 'string' || text.length > CURSOR_MAX || !BASE64URL.test(text)) throw invalid();
+  const bytes = Buffer.from(text, 'base64url');
+  // Buffer skips what is not base64url: read back, a cursor we gave is the same text.
+  if (bytes.toString('base64url') !== text) throw invalid();
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    throw invalid();
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalid();
+  const fields = Object.keys(value);
+  const c = value as Record<string, unknown>;
+  if (fields.length === 1 && typeof c.i === 'string' && parseMember(c.i)) return { i: c.i };
+  if (
+    fields.length === 2 &&
+    typeof c.s === 'string' &&
+    SCAN_CURSOR.test(c.s) &&
+    Array.isArray(c.p) &&
+    c.p.every((m) => typeof m === 'string' && parseMember(m)) &&
+    (c.s !== '' || c.p.length > 0)
+  )
+    return { s: c.s, p: c.p as string[] };
+  throw invalid();
+}
+
+/**
+ * The script run of one page of `query` on the store under `prefix`: `in_progress` and `unknown`
+ * from their index (LIST_INDEX), every other listing by SCAN (LIST_SCAN). A cursor of the other
+ * kind than the query needs is CURSOR_INVALID, as is any text no listing gave.
+ */
+export function listRequest(prefix: string, query: RecordQuery): ListRequest {
+  const { state, tenant, action, updatedBefore, limit } = query;
+  if (!Number.isInteger(limit) || limit < 1 || limit > LIMIT_MAX)
+    throw new InvalidArgumentError(`redis store: limit must be a whole number from 1 to ${LIMIT_MAX}`);
+  if (updatedBefore !== undefined && !Number.isFinite(updatedBefore))
+    throw new InvalidArgumentError('redis store: updatedBefore must be a number of epoch ms');
+  const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+  const filters = [
+    state ?? '',
+    tenant === undefined ? '' : `=${tenant}`,
+    action === undefined ? '' : `=${action}`,
+    updatedBefore === undefined ? '' : String(updatedBefore),
+    String(limit),
+  ];
+  // The members of a tenant (and action) share this start: the lengths make it theirs alone.
+  const start =
+    tenant === undefined
+      ? ''
+      : `${tenant.length}:${tenant}:${action === undefined ? '' : `${action.length}:${action}:`}`;
+  if (state !== undefined && (INDEXED_STATES as readonly string[]).includes(state)) {
+    if (cursor && !('i' in cursor)) throw invalid();
+    const from = cursor ? `(${cursor.i}` : start ? `[${start}` : '-';
+    // Every member with `start` sorts below it with its last ':' raised to ';'.
+    const upper = start ? `(${start.slice(0, -1)};` : '+';
+    return {
+      script: LIST_INDEX,
+      args: [LIST_INDEX.sha, '1', `${prefix}i:${state}`, ...filters, from, upper],
+      index: true,
+    };
+  }
+  if (cursor && !('s' in cursor)) throw invalid();
+  const args = [LIST_SCAN.sha, '1', `${prefix}i:${INDEXED_STATES[0]}`, ...filters, cursor ? cursor.s : '0', start];
+  if (cursor) for (const m of cursor.p) args.push(m);
+  return { script: LIST_SCAN, args, index: false };
+}
+
+/** The page of a listing script's answer to `request`. */
+export function listPage(request: ListRequest, reply: unknown): RecordPage {
+  if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
+  if (request.index) {
+    const [last, pairs] = reply as [unknown, unknown[]];
+    const next = String(last);
+    return { records: records(pairs), cursor: next === '' ? null : encodeCursor({ i: next }) };
+  }
+  const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
+  const s = String(scan);
+  const p = pending.map(String);
+  return { records: records(pairs), cursor: s === '' && p.length === 0 ? null : encodeCursor({ s, p }) };
+}
+
+// A client with a Buffer type mapping answers Buffers: String() reads those too.
+function records(pairs: unknown[]): StoredRecord[] {
+  const out: StoredRecord[] = [];
+  for (let i = 0; i < pairs.length; i += 2) {
+    const id = parseMember(String(pairs[i]));
+    // A key under the prefix that no record of ours was stored at (written by hand) is passed over.
+    if (id) out.push(decodeRecord(pairs[i + 1], id));
+  }
+  return out;
+}
