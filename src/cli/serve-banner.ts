@@ -1,7 +1,15 @@
 import type { RouteIndex } from '../host/routes.js';
+import { adminModeLine } from '../ops/admin-auth.js';
 
-/** What `oncely serve` prints once listening: where everything is and a first request to send. */
-export function serveBanner(index: RouteIndex, dir: string): string {
+/**
+ * What `oncely serve` prints once listening: where everything is and a first request to send.
+ * `adminToken` is what the host read at creation (ONCELY_ADMIN_TOKEN): the line says which mode the admin API is in.
+ */
+export function serveBanner(
+  index: RouteIndex,
+  dir: string,
+  adminToken: string | undefined = process.env.ONCELY_ADMIN_TOKEN,
+): string {
   const base = new URL(index.health).origin;
   const lines = [`oncely serving ${dir} on ${base}  (GET ${base}/ answers this index as JSON)`];
   lines.push(
@@ -28,6 +36,7 @@ export function serveBanner(index: RouteIndex, dir: string): string {
     `stats:        GET ${index.stats}  (totals and the four rates; npx oncely stats ${dir})`,
     `metrics:      GET ${index.metrics}  (Prometheus)`,
     `dead letters: ${index.deadLetters}`,
+    adminModeLine(adminToken || undefined),
     'stop with Ctrl-C or SIGTERM: in-flight work finishes first',
   );
   return lines.join('\n');
