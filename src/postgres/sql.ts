@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../core/errors.js';
-import type { RecordId, StoredRecord } from '../core/record.js';
+import type { RecordId, Settlement, StoredRecord } from '../core/record.js';
 import type { Migrations } from '../db/migrate.js';
-import type { Expectation, RecordPatch } from '../store.js';
+import type { Expectation, RecordPatch, RecordQuery } from '../store.js';
 
 /** A statement ready for `query(text, values)`. */
 export interface Query {
@@ -52,13 +52,15 @@ export interface RecordRow {
   updated_at: string | number;
   completed_at: string | number | null;
   expires_at: string | number | null;
+  /** JSON text (selected as text: a pool's own jsonb parser never sees it). */
+  settlement: string | null;
 }
 
 const nullableNumber = (value: string | number | null): number | null => (value === null ? null : Number(value));
 
 /** Converts a row to a record. */
 export function toRecord(row: RecordRow): StoredRecord {
-  return {
+  const record: StoredRecord = {
     tenant: row.tenant,
     action: row.action,
     key: row.key,
@@ -74,9 +76,12 @@ export function toRecord(row: RecordRow): StoredRecord {
     completedAt: nullableNumber(row.completed_at),
     expiresAt: nullableNumber(row.expires_at),
   };
+  // Absent, not undefined, when never settled.
+  if (row.settlement !== null) record.settlement = JSON.parse(row.settlement) as Settlement;
+  return record;
 }
 
-type Column = readonly [field: string, column: string, type: 'text' | 'bigint' | 'int'];
+type Column = readonly [field: string, column: string, type: 'text' | 'bigint' | 'int' | 'jsonb'];
 
 /**
  * Fields a patch may set, with column and SQL type: the only names SQL is built from. Position i
@@ -94,6 +99,7 @@ const PATCHABLE = [
   ['updatedAt', 'updated_at', 'bigint'],
   ['completedAt', 'completed_at', 'bigint'],
   ['expiresAt', 'expires_at', 'bigint'],
+  ['settlement', 'settlement', 'jsonb'],
 ] as const satisfies readonly (Column & readonly [keyof RecordPatch, string, string])[];
 
 /** Every record field in column order. */
@@ -105,7 +111,13 @@ const FIELDS = [
 ] as const satisfies readonly (Column & readonly [keyof StoredRecord, string, string])[];
 
 const COLUMNS = FIELDS.map(([, column]) => column).join(', ');
-const SELECTED = FIELDS.map(([, column]) => `r.${column}`).join(', ');
+const SELECTED = FIELDS.map(([, column, type]) =>
+  type === 'jsonb' ? `r.${column}::text AS ${column}` : `r.${column}`,
+).join(', ');
+
+/** A field's value as a parameter: a settlement as JSON text, null for none (or one removed). */
+const param = (field: string, value: unknown): unknown =>
+  field === 'settlement' ? (value ? JSON.stringify(value) : null) : value;
 
 /**
  * The database's clock in epoch ms. Leases and expiries are measured by it (see WriteOptions), so
@@ -153,7 +165,7 @@ export function insertOne(n: Names, record: StoredRecord, relative: boolean): Qu
   return {
     text: `INSERT INTO ${n.records} (${COLUMNS}) SELECT ${params} FROM (SELECT ${CLOCK} AS now) c
 ON CONFLICT (tenant, action, key) DO NOTHING RETURNING ${INSERTED}`,
-    values: [...FIELDS.map(([field]) => record[field]), relative],
+    values: [...FIELDS.map(([field]) => param(field, record[field])), relative],
   };
 }
 
@@ -168,7 +180,7 @@ export function insertMany(n: Names, records: readonly StoredRecord[], relative:
     text: `INSERT INTO ${n.records} (${COLUMNS})
 SELECT ${selected} FROM (SELECT ${CLOCK} AS now) c, unnest(${arrays}) WITH ORDINALITY AS v(${COLUMNS}, i) ORDER BY i
 ON CONFLICT (tenant, action, key) DO NOTHING RETURNING ${INSERTED}`,
-    values: [...FIELDS.map(([field]) => records.map((record) => record[field])), relative],
+    values: [...FIELDS.map(([field]) => records.map((record) => param(field, record[field]))), relative],
   };
 }
 
@@ -199,7 +211,7 @@ export function updateOne(n: Names, id: RecordId, expect: Expectation, patch: Re
   const values: unknown[] = [id.tenant, id.action, id.key, expect.fence, expect.states];
   const sets = PATCHABLE.flatMap(([field, column, type], bit) => {
     if ((mask & (1 << bit)) === 0) return [];
-    values.push(patch[field]);
+    values.push(param(field, patch[field]));
     return [
       `${column} = ${relative ? fromNow(`$${values.length}::${type}`, column, 'c.now') : `$${values.length}::${type}`}`,
     ];
@@ -250,7 +262,7 @@ export function updateMany(n: Names, items: readonly UpdateItem[]): Query {
     items.map((u) => u.expect.leaseUntil ?? null),
     items.map((u) => patchMask(u.patch)),
     items.map((u) => u.relative),
-    ...PATCHABLE.map(([field]) => items.map((u) => u.patch[field] ?? null)),
+    ...PATCHABLE.map(([field]) => items.map((u) => param(field, u.patch[field] ?? null))),
   ];
   return {
     // Rows are locked in key order first, so concurrent batches over the same ids never deadlock.
@@ -329,7 +341,44 @@ export function recordMigrations(n: Names): Migrations {
           `CREATE INDEX IF NOT EXISTS "${n.table}_expires_at" ON ${n.records} (expires_at) WHERE expires_at IS NOT NULL`,
         ],
       },
+      {
+        version: 2,
+        sqlite: [],
+        // Who settled a record, and an index that lists a state's records in id order.
+        postgres: [
+          `ALTER TABLE ${n.records} ADD COLUMN IF NOT EXISTS settlement jsonb`,
+          `CREATE INDEX IF NOT EXISTS "${n.table}_state" ON ${n.records} (state, tenant, action, key)`,
+        ],
+      },
     ],
+  };
+}
+
+/**
+ * One page of records matching the filters in id order (the primary key's, or the state index's
+ * with a state), after the id `after` when given; one row more than `limit` says a page follows.
+ */
+export function listRecords(n: Names, query: RecordQuery, after: RecordId | undefined): Query {
+  const values: unknown[] = [];
+  const where: string[] = [];
+  const is = (condition: string, value: unknown) => {
+    values.push(value);
+    where.push(condition.replace('?', `$${values.length}`));
+  };
+  if (query.state !== undefined) is('r.state = ?', query.state);
+  if (query.tenant !== undefined) is('r.tenant = ?', query.tenant);
+  if (query.action !== undefined) is('r.action = ?', query.action);
+  if (query.updatedBefore !== undefined) is('r.updated_at <= ?::bigint', query.updatedBefore);
+  if (after) {
+    values.push(after.tenant, after.action, after.key);
+    const i = values.length;
+    where.push(`(r.tenant, r.action, r.key) > ($${i - 2}, $${i - 1}, $${i})`);
+  }
+  values.push(query.limit + 1);
+  const filter = where.length > 0 ? ` WHERE ${where.join(' AND ')}` : '';
+  return {
+    text: `SELECT ${SELECTED} FROM ${n.records} r${filter} ORDER BY r.tenant, r.action, r.key LIMIT $${values.length}`,
+    values,
   };
 }
 

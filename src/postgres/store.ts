@@ -1,7 +1,16 @@
 import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
-import type { Expectation, InsertResult, RecordPatch, RecordStore, WriteOptions } from '../store.js';
+import { decodeCursor, encodeCursor } from '../core/record-cursor.js';
+import type {
+  Expectation,
+  InsertResult,
+  RecordPage,
+  RecordPatch,
+  RecordQuery,
+  RecordStore,
+  WriteOptions,
+} from '../store.js';
 import type { PgPool, PgQueryable } from './driver.js';
 import { migrate } from './migrate.js';
 import * as sql from './sql.js';
@@ -286,6 +295,18 @@ export class PostgresStore implements RecordStore {
     }
     if (this.gets) return this.gets.push(id);
     return (await this.getBatch([id]))[0] ?? null;
+  }
+
+  /** Pages in id order from the cursor's id on, one statement a page on the pool (no transaction). */
+  async list(query: RecordQuery): Promise<RecordPage> {
+    const { limit } = query;
+    if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError('limit must be a positive whole number');
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const list = sql.listRecords(this.names, query, after);
+    const { rows } = await (await this.ready()).query(list.text, list.values);
+    const records = rows.slice(0, limit).map((row) => sql.toRecord(row as sql.RecordRow));
+    const last = records[records.length - 1];
+    return { records, cursor: rows.length > limit && last ? encodeCursor(last) : null };
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {

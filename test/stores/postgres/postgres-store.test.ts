@@ -304,9 +304,9 @@ describe('postgresStore: setup', () => {
     await Promise.all(racers.map((s) => s.migrate()));
     await Promise.all(racers.map((s) => s.migrate()));
     const { rows } = await pool.query(
-      `SELECT version FROM "${fresh}".oncely_component_migrations WHERE component = 'records'`,
+      `SELECT version FROM "${fresh}".oncely_component_migrations WHERE component = 'records' ORDER BY version`,
     );
-    expect(rows).toEqual([{ version: 1 }]);
+    expect(rows).toEqual([{ version: 1 }, { version: 2 }]);
     const r = record();
     expect((await racers[3]?.insertOrGet(r))?.inserted).toBe(true);
     expect(await racers[0]?.get(idOf(r))).toEqual(r);

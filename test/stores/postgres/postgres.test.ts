@@ -3,6 +3,7 @@ import { createOncely, type OncelyError } from '../../../src/index.js';
 import { postgresStore } from '../../../src/postgres/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL, testPool } from '../../support/postgres.js';
 import { describeConformance } from '../conformance.js';
+import { describeListing } from '../listing.js';
 
 const schema = freshSchema();
 const pool = testPool();
@@ -16,6 +17,7 @@ describeConformance('postgres (url, batched)', () => postgresStore({ connectionS
 describeConformance('postgres (pool, unbatched)', () =>
   postgresStore({ pool, schema, table: 'unbatched', batch: false }),
 );
+describeListing('postgres', () => postgresStore({ connectionString: POSTGRES_URL, schema, table: 'listing' }));
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
