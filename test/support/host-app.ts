@@ -6,7 +6,7 @@ import type { Db } from '../../src/db/types.js';
 import type { AnyFlow } from '../../src/flows/define.js';
 import type { App, ConsumerModule, HandlerModule } from '../../src/host/app.js';
 import type { HostConfig } from '../../src/host/config.js';
-import { createHost, type Host } from '../../src/host/host.js';
+import { createHost, type Host, type HostOptions } from '../../src/host/host.js';
 import { recordStoreFor } from '../../src/host/records.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from './postgres.js';
 
@@ -47,11 +47,11 @@ export interface RunningHost {
   stop(): Promise<void>;
 }
 
-/** Builds, migrates and starts a host for `app` on `target`; `poolSize` sizes a PostgreSQL pool. */
+/** Builds, migrates and starts a host for `app` on `target`; `poolSize` sizes a PostgreSQL pool; `host` is createHost's options. */
 export async function startHost(
   target: string,
   app: TestApp,
-  options: { poolSize?: number } = {},
+  options: { poolSize?: number; host?: HostOptions } = {},
 ): Promise<RunningHost> {
   const open = (poolSize?: number): Promise<Db> => openDb(target, { poolSize });
   const db = await open(options.poolSize);
@@ -63,7 +63,7 @@ export async function startHost(
     consumers: new Map(Object.entries(app.consumers ?? {})),
     flows: app.flows ?? [],
   };
-  const host = await createHost(loaded, db, recordStoreFor(db));
+  const host = await createHost(loaded, db, recordStoreFor(db), options.host);
   await host.migrate();
   const base = `http://127.0.0.1:${await host.start(0)}`;
   const reader = await open(2);
