@@ -324,6 +324,53 @@ for (const dialect of dialects)
       }
     });
 
+    it('refuses a duplicateScan.every that is no duration when the host is built', async () => {
+      const db = await openDb(dialect.fresh(), { poolSize: 1 });
+      try {
+        const app = {
+          dir: tmpdir(),
+          config: { effects: EFFECTS, duplicateScan: { every: 'daily' as never } },
+          schemaSql: SCHEMA_SQL,
+          handlers: new Map(),
+          consumers: new Map(),
+          flows: [],
+        };
+        await expect(createHost(app, db, recordStoreFor(db))).rejects.toMatchObject({
+          code: 'INVALID_ARGUMENT',
+          message: expect.stringContaining('duplicateScan.every'),
+        });
+      } finally {
+        await db.close();
+      }
+    });
+
+    it('reads row times from a TIMESTAMPTZ created_at as well as a BIGINT one', async () => {
+      const stamp = dialect.name === 'postgres' ? 'TIMESTAMPTZ' : 'TIMESTAMP';
+      const target = dialect.fresh();
+      const h = await startHost(target, {
+        schemaSql: `CREATE TABLE payouts (id TEXT PRIMARY KEY, payout_ref TEXT NOT NULL, created_at ${stamp} NOT NULL);`,
+        config: { effects: [{ table: 'payouts', by: ['payoutRef'] }], duplicateScan: false },
+      });
+      const db = await openDb(target, { poolSize: 1 });
+      try {
+        const at = ['2026-03-01T10:00:00.000Z', '2026-03-02T11:30:00.000Z'];
+        for (const [i, iso] of at.entries())
+          await db.run('INSERT INTO payouts (id, payout_ref, created_at) VALUES (?, ?, ?)', [`p${i}`, 'PO-1', iso]);
+        const scan = await h.host.scanDuplicates();
+        expect(scan.findings).toMatchObject([
+          {
+            table: 'payouts',
+            businessKey: '{"payoutRef":"PO-1"}',
+            rowsFirstAt: Date.parse(at[0] ?? ''),
+            rowsLastAt: Date.parse(at[1] ?? ''),
+          },
+        ]);
+      } finally {
+        await db.close();
+        await h.stop();
+      }
+    });
+
     it('scans on its schedule while the host runs, and not at all with duplicateScan: false', async () => {
       const target = dialect.fresh();
       const h = await startHost(target, ledgerApp({ duplicateScan: { every: '100ms' } }));
