@@ -30,6 +30,7 @@ function slowToAnswer(store: RecordStore): RecordStore {
       return applied;
     },
     get: (...args) => store.get(...args),
+    list: (...args) => store.list(...args),
     purgeExpired: (...args) => store.purgeExpired(...args),
     close: async () => {},
   };
