@@ -1,0 +1,80 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openDb } from '../../src/db/index.js';
+import { DATABASES, ids, migratedHost, plant, TABLES } from './retention-fixture.js';
+
+const run = promisify(execFile);
+// The CLI from its sources: the same command a user runs, without a build.
+const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+
+/** An app folder whose config keeps dead letters a day, so the CLI shows it reads the app's retentions. */
+function appFolder(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'oncely-purge-'));
+  writeFileSync(join(dir, 'package.json'), '{ "type": "module" }\n');
+  writeFileSync(join(dir, 'oncely.config.ts'), "export default { retention: { deadLetters: '1d' } };\n");
+  return dir;
+}
+
+/** `table  would remove N` / `table  removed N` lines as a map. */
+const perTable = (stdout: string): Record<string, number> =>
+  Object.fromEntries(
+    [...stdout.matchAll(/^(oncely_\w+)\s+(?:would remove|removed) (\d+)$/gm)].map((m) => [m[1], Number(m[2])]),
+  );
+
+for (const database of DATABASES) {
+  describe(`oncely purge on ${database.name}`, () => {
+    const cleanups: (() => Promise<void>)[] = [];
+    afterEach(async () => {
+      for (const c of cleanups.splice(0).reverse()) await c();
+    });
+
+    it('--dry-run prints what would go and removes nothing; without it, removes exactly that', async () => {
+      const { target, cleanup } = database.fresh();
+      cleanups.push(cleanup);
+      const { host, db } = await migratedHost(target);
+      const planted = await plant(host, db);
+      await host.stop();
+      const dir = appFolder();
+      const expected: Record<string, number> = {};
+      for (const [table, p] of Object.entries(planted)) if (p.purged.length > 0) expected[table] = p.purged.length;
+      // The app's deadLetters '1d': the old dead event and the old dead outbox row go too.
+      expected.oncely_events = (expected.oncely_events ?? 0) + 1;
+      expected.oncely_outbox = (expected.oncely_outbox ?? 0) + 1;
+
+      const reader = await openDb(target, { poolSize: 1 });
+      cleanups.push(() => reader.close());
+      const snapshot = async () =>
+        Object.fromEntries(await Promise.all(TABLES.map(async (t) => [t, await ids(reader, t)] as const)));
+      const before = await snapshot();
+
+      const dry = await run(process.execPath, [...CLI, 'purge', dir, '--db', target, '--dry-run']);
+      const total = Object.values(expected).reduce((a, b) => a + b, 0);
+      expect(dry.stdout).toContain(`dry run: nothing removed; would remove ${total} row(s) in all`);
+      expect(Object.fromEntries(Object.entries(perTable(dry.stdout)).filter(([, n]) => n > 0))).toEqual(expected);
+      expect(await snapshot()).toEqual(before);
+
+      const real = await run(process.execPath, [...CLI, 'purge', '--dir', dir, '--db', target]);
+      expect(real.stdout).toContain(`removed ${total} row(s) in all`);
+      expect(Object.fromEntries(Object.entries(perTable(real.stdout)).filter(([, n]) => n > 0))).toEqual(expected);
+      const after = await snapshot();
+      for (const table of TABLES) {
+        const kept = (planted[table]?.kept ?? []).filter((id) => id !== 'dead-old');
+        expect(after[table], table).toEqual([...kept].sort());
+      }
+    }, 60_000);
+
+    it('a bad retention in the app config is CONFIG_INVALID before anything is removed', async () => {
+      const { target, cleanup } = database.fresh();
+      cleanups.push(cleanup);
+      const dir = appFolder();
+      writeFileSync(join(dir, 'oncely.config.ts'), "export default { retention: { events: 'a month' } };\n");
+      await expect(run(process.execPath, [...CLI, 'purge', dir, '--db', target])).rejects.toMatchObject({
+        stderr: expect.stringContaining('retention.events'),
+      });
+    }, 60_000);
+  });
+}
