@@ -108,3 +108,13 @@ export function settlerName(identity: AdminIdentity): string {
 export function tokenDigest(token: string | undefined): Buffer | undefined {
   return token === undefined ? undefined : digest(token);
 }
+
+/** The host name of a Host header: `localhost:3000` -> `localhost`, `[::1]:3000` -> `::1`. */
+export function hostName(host: string | undefined): string | undefined {
+  if (!host) return undefined;
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(host);
+  if (bracketed) return bracketed[1];
+  const name = host.replace(/:\d+$/, '').toLowerCase();
+  // localhost is this machine by definition (RFC 6761); the check is against names a rebinding page cannot use.
+  return name === 'localhost' ? '127.0.0.1' : name;
+}

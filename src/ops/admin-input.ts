@@ -1,11 +1,13 @@
 /**
  * What the admin API accepts, checked before anything runs: query parameters (known names only,
  * each once), limits, states from the known lists, names, and the JSON bodies of its changes.
- * Everything refused is a typed OncelyError of the catalogue, never a 500.
+ * Everything refused is a typed OncelyError of the catalogue, never a 500; and how it answers.
  */
 import type { Duration } from '../core/duration.js';
-import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { InvalidArgumentError, OncelyError, statusOf } from '../core/errors.js';
+import { parseRecordRef, type RecordId } from '../core/record.js';
 import type { Resolution } from '../engine/engine.js';
+import { statsJson } from '../host/stats.js';
 
 /** Rows per page when a request names no `limit`. */
 export const PAGE_DEFAULT = 100;
@@ -164,4 +166,33 @@ export function replayOf(body: Record<string, unknown>): { source: string; id: s
   if (source.includes('/')) throw new InvalidArgumentError('source must be a source name, without "/"');
   if (typeof body.id !== 'string') throw new InvalidArgumentError('id must be the event id, a string');
   return { source, id: idOf(body.id, 'id') };
+}
+
+/** A record ref from the path (`recordRef`'s text, URL-encoded once more); anything else is INVALID_ARGUMENT. */
+export function refOf(text: string): RecordId {
+  const id = parseRecordRef(text);
+  if (!id)
+    throw new OncelyError(
+      'INVALID_ARGUMENT',
+      'a record ref is tenant/action/key, each part percent-encoded, the whole URL-encoded once more (%2F between parts)',
+    );
+  return id;
+}
+
+/** The envelope of the host's other routes: `{ code: 0, data }` or `{ code: <status>, error }`; NaN rates as null. */
+export function answer(
+  status: number,
+  body: { data: unknown } | { error: { code: string; message: string } },
+  headers: Record<string, string> = {},
+): Response {
+  const text = statsJson('data' in body ? { code: 0, data: body.data ?? null } : { code: status, error: body.error });
+  return new Response(text, { status, headers: { 'content-type': 'application/json', ...headers } });
+}
+
+/** An error as answered: a catalogue code with its status; anything else is the database failing. */
+export function failureOf(error: unknown): { status: number; error: { code: string; message: string } } {
+  if (error instanceof OncelyError)
+    return { status: statusOf(error.code), error: { code: error.code, message: error.message } };
+  const message = error instanceof Error ? error.message : String(error);
+  return { status: 503, error: { code: 'STORE_UNAVAILABLE', message: `the database failed: ${message}` } };
 }

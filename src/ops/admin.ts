@@ -6,20 +6,23 @@
  */
 import { type Context, Hono } from 'hono';
 import { decideApproval, getApproval } from '../agent/approvals.js';
-import { type ErrorCode, OncelyError, statusOf } from '../core/errors.js';
+import { type ErrorCode, OncelyError } from '../core/errors.js';
 import type { Metrics } from '../core/metrics.js';
-import { parseRecordRef, recordRef } from '../core/record.js';
+import { recordRef } from '../core/record.js';
 import type { Db } from '../db/types.js';
-import type { Oncely } from '../engine/engine.js';
+import { createOncely, type Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
 import { DEFAULT_MAX_BODY_BYTES, readBodyCapped } from '../host/body.js';
 import type { EventQueue } from '../host/events.js';
-import { type HostStats, statsJson } from '../host/stats.js';
+import type { HostStats } from '../host/stats.js';
+import { sqliteStore } from '../sqlite/index.js';
 import { AdminAudit } from './admin-audit.js';
-import { type AdminIdentity, checkAccess, isLoopback, settlerName, tokenDigest } from './admin-auth.js';
+import { type AdminIdentity, checkAccess, hostName, isLoopback, settlerName, tokenDigest } from './admin-auth.js';
 import {
+  answer,
   bodyObject,
   cursorOf,
+  failureOf,
   idOf,
   limitOf,
   nameOf,
@@ -27,6 +30,7 @@ import {
   oneOf,
   onlyFields,
   readQuery,
+  refOf,
   replayOf,
   resolutionOf,
   textField,
@@ -81,12 +85,28 @@ function refuse(code: ErrorCode, message: string): never {
   throw new OncelyError(code, message);
 }
 
+/** The admin API: its routes, and `close` for the connection it may have opened. */
+export interface AdminApi {
+  /** Mount with `http.route('/v1/admin', api.routes)`. */
+  routes: Hono;
+  close(): Promise<void>;
+}
+
 /**
- * The admin routes, to mount with `http.route('/v1/admin', adminRoutes(deps))`. Run
- * `migrateAdmin(db)` first (the host's migrate does): the audit table must exist.
+ * The admin API on the host's parts. Run `migrateAdmin(db)` first (the host's migrate does): the
+ * audit table must exist.
  */
-export function adminRoutes(deps: AdminDeps): Hono {
-  const { db, once, events, flows, metrics } = deps;
+export function adminApi(deps: AdminDeps): AdminApi {
+  const { db, events, flows, metrics } = deps;
+  // On SQLite the host's record store writes on the Db's one connection outside its queue, where a
+  // resolve could land inside (or roll back with) a handler's open transaction: records are read
+  // and settled by an engine on a connection of its own to the same file.
+  let own: Promise<Oncely> | undefined;
+  const records = (): Promise<Oncely> => {
+    if (db.dialect !== 'sqlite' || db.target === ':memory:') return Promise.resolve(deps.once);
+    own ??= createOncely({ store: sqliteStore({ path: db.target }), tenant: 'default', metrics });
+    return own;
+  };
   const audit = new AdminAudit(db);
   const expected = tokenDigest(deps.token);
   const maxBodyBytes = deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
@@ -189,7 +209,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
 
   read('get', '/records', 'records.list', async (req) => {
     const q = req.query(['state', 'action', 'tenant', 'olderThan', 'limit', 'cursor']);
-    const page = await once.list({
+    const page = await (await records()).list({
       state: oneOf(q, 'state', RECORD_STATES),
       action: q.get('action'),
       tenant: q.get('tenant'),
@@ -202,7 +222,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
   read('get', '/records/:ref', 'records.show', async (req) => {
     req.query([]);
     const id = refOf(req.c.req.param('ref') ?? '');
-    const record = await once.get(id);
+    const record = await (await records()).get(id);
     if (!record) refuse('NOT_FOUND', `no record ${recordRef(id)}`);
     return { ref: recordRef(id), ...record };
   });
@@ -215,6 +235,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
       detail: { resolution, ...(note === undefined ? {} : { note }) },
       run: async () => {
         const by = settlerName(req.identity);
+        const once = await records();
         const record = await once.resolve(id.action, id.key, resolution, { tenant: id.tenant, by, note });
         return { ref: recordRef(id), ...record };
       },
@@ -360,43 +381,10 @@ export function adminRoutes(deps: AdminDeps): Hono {
       error: { code: 'NOT_FOUND', message: `no admin route ${c.req.method} ${c.req.path}` },
     });
   });
-  return app;
-}
-
-/** The envelope of the host's other routes: `{ code: 0, data }` or `{ code: <status>, error }`; NaN rates as null. */
-function answer(
-  status: number,
-  body: { data: unknown } | { error: { code: string; message: string } },
-  headers: Record<string, string> = {},
-): Response {
-  const text = statsJson('data' in body ? { code: 0, data: body.data ?? null } : { code: status, error: body.error });
-  return new Response(text, { status, headers: { 'content-type': 'application/json', ...headers } });
-}
-
-/** An error as answered: a catalogue code with its status; anything else is the database failing. */
-function failureOf(error: unknown): { status: number; error: { code: string; message: string } } {
-  if (error instanceof OncelyError)
-    return { status: statusOf(error.code), error: { code: error.code, message: error.message } };
-  const message = error instanceof Error ? error.message : String(error);
-  return { status: 503, error: { code: 'STORE_UNAVAILABLE', message: `the database failed: ${message}` } };
-}
-
-function refOf(text: string) {
-  const id = parseRecordRef(text);
-  if (!id)
-    throw new OncelyError(
-      'INVALID_ARGUMENT',
-      'a record ref is tenant/action/key, each part percent-encoded, the whole URL-encoded once more (%2F between parts)',
-    );
-  return id;
-}
-
-/** The host name of a Host header: `localhost:3000` -> `localhost`, `[::1]:3000` -> `::1`. */
-function hostName(host: string | undefined): string | undefined {
-  if (!host) return undefined;
-  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(host);
-  if (bracketed) return bracketed[1];
-  const name = host.replace(/:\d+$/, '').toLowerCase();
-  // localhost is this machine by definition (RFC 6761); the check is against names a rebinding page cannot use.
-  return name === 'localhost' ? '127.0.0.1' : name;
+  return {
+    routes: app,
+    close: async () => {
+      if (own) await (await own).close();
+    },
+  };
 }
