@@ -1,0 +1,259 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RecordState, StoredRecord } from '../../../src/core/record.js';
+import { redisStore } from '../../../src/redis/index.js';
+import { memberOf, parseMember } from '../../../src/redis/listing.js';
+import { LEASE_MARGIN_MS } from '../../../src/redis/scripts.js';
+import { recordKey } from '../../../src/redis/store.js';
+import type { RecordStore } from '../../../src/store.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../../support/redis.js';
+import { startWorker } from '../../support/spawn.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const prefix = freshPrefix();
+let redis: Awaited<ReturnType<typeof connectRedis>>;
+let n = 0;
+
+function record(overrides: Partial<StoredRecord> = {}): StoredRecord {
+  const now = Date.now();
+  return {
+    tenant: 'acme',
+    action: 'charge',
+    key: `k-${++n}`,
+    state: 'in_progress',
+    fingerprint: 'fp',
+    fence: 1,
+    attempts: 1,
+    leaseUntil: now + 30_000,
+    result: null,
+    traceId: `trace-${n}`,
+    createdAt: now,
+    updatedAt: now,
+    completedAt: null,
+    expiresAt: now + 60_000,
+    ...overrides,
+  };
+}
+
+/** Every record under `p` by SCAN, read as the store reads it: its member and its state. */
+async function statesUnder(p: string): Promise<Map<string, RecordState>> {
+  const out = new Map<string, RecordState>();
+  let cursor = '0';
+  do {
+    const [next, keys] = (await redis.sendCommand(['SCAN', cursor, 'MATCH', `${p}r:*`, 'COUNT', '1000'])) as [
+      string,
+      string[],
+    ];
+    cursor = String(next);
+    for (const key of keys) {
+      const value = String(await redis.get(key));
+      out.set(key.slice(`${p}r:`.length), value.split('|')[1] as RecordState);
+    }
+  } while (cursor !== '0');
+  return out;
+}
+
+const members = async (p: string, state: RecordState) =>
+  ((await redis.sendCommand(['ZRANGE', `${p}i:${state}`, '0', '-1'])) as string[]).map(String);
+
+beforeAll(async () => {
+  redis = await connectRedis();
+});
+
+afterAll(async () => {
+  await dropPrefix(redis, prefix);
+  await redis.close();
+});
+
+describe('redis index of in_progress and unknown records', () => {
+  it('names members by tenant, action and key, read back unambiguously whatever they hold', () => {
+    for (const id of [
+      { tenant: 'a:b', action: '1:c', key: 'k:2:x' },
+      { tenant: 'ключ', action: 'em😀ji', key: '/' },
+    ]) {
+      expect(parseMember(memberOf(id))).toEqual(id);
+      expect(recordKey(prefix, id)).toBe(`${prefix}r:${memberOf(id)}`);
+    }
+    expect(parseMember('3:ab:1:c:k')).toBeNull();
+    expect(parseMember('1:a:1:c:')).toBeNull();
+  });
+
+  it('moves a record between indexes as its state changes, in the write that changes it', async () => {
+    const p = `${prefix}moves:`;
+    const store = redisStore({ client: redis, prefix: p });
+    const r = record();
+    const m = memberOf(r);
+    await store.insertOrGet(r);
+    expect(await members(p, 'in_progress')).toEqual([m]);
+    // A write that keeps the state (a lease renewal) leaves the index alone.
+    expect(await store.update(r, { fence: 1, states: ['in_progress'] }, { leaseUntil: Date.now() + 40_000 })).not.toBe(
+      null,
+    );
+    expect(await members(p, 'in_progress')).toEqual([m]);
+    await store.update(
+      r,
+      { fence: 1, states: ['in_progress'] },
+      { state: 'unknown', leaseUntil: null, expiresAt: null },
+    );
+    expect(await members(p, 'in_progress')).toEqual([]);
+    expect(await members(p, 'unknown')).toEqual([m]);
+    // A write refused by its check moves nothing.
+    expect(await store.update(r, { fence: 9, states: ['unknown'] }, { state: 'succeeded' })).toBeNull();
+    expect(await members(p, 'unknown')).toEqual([m]);
+    await store.update(r, { fence: 1, states: ['unknown'] }, { state: 'succeeded', result: '1' });
+    expect(await members(p, 'unknown')).toEqual([]);
+    expect(await members(p, 'in_progress')).toEqual([]);
+    // Inserted as given: an unknown one joins its index, a finished one none.
+    const u = record({ state: 'unknown', leaseUntil: null, expiresAt: null });
+    await store.insertOrGet(record({ state: 'succeeded', leaseUntil: null, result: '2' }));
+    await store.insertOrGet(u);
+    expect(await members(p, 'unknown')).toEqual([memberOf(u)]);
+    expect(await members(p, 'in_progress')).toEqual([]);
+    await store.close();
+  });
+
+  it('heals itself: a record Redis expired (PXAT) or that came back in another state leaves the index when listed', async () => {
+    const p = `${prefix}heal:`;
+    const store = redisStore({ client: redis, prefix: p });
+    const now = Date.now();
+    // A stalled claim whose lease margin runs out in 150 ms: Redis drops the key, not its member.
+    const soon = { leaseUntil: now - LEASE_MARGIN_MS + 150, expiresAt: now + 100 };
+    const gone = record(soon);
+    const back = record(soon);
+    const live = record();
+    for (const r of [gone, back, live]) expect((await store.insertOrGet(r)).inserted).toBe(true);
+    expect(new Set(await members(p, 'in_progress'))).toEqual(new Set([gone, back, live].map(memberOf)));
+    await sleep(400);
+    expect(await redis.exists(recordKey(p, gone))).toBe(0);
+    // The key starts again, finished (inserted as given): its old member is still in the index.
+    expect((await store.insertOrGet({ ...back, state: 'succeeded', leaseUntil: null, result: '1' })).inserted).toBe(
+      true,
+    );
+    expect((await members(p, 'in_progress')).length).toBe(3);
+
+    const page = await store.list({ state: 'in_progress', limit: 10 });
+    expect(page).toEqual({ records: [live], cursor: null });
+    expect(await members(p, 'in_progress')).toEqual([memberOf(live)]);
+    await store.close();
+  });
+
+  it('lists unknown among 10,000 finished records and 50 unknown from the index alone: no SCAN, one GET per member', async () => {
+    // A Redis of this test's own, so its command counts are this test's alone (the shared one serves other tests).
+    const server = await privateRedis();
+    const client = await connectTo(server.url);
+    const store = redisStore({ client, prefix: 'oncely:' });
+    try {
+      const now = Date.now();
+      const finished = Array.from({ length: 10_000 }, (_, i) =>
+        record({ key: `done-${i}`, state: 'succeeded', leaseUntil: null, result: `${i}`, completedAt: now }),
+      );
+      const unknown = Array.from({ length: 50 }, (_, i) =>
+        record({ key: `unknown-${i}`, state: 'unknown', leaseUntil: null, expiresAt: null }),
+      );
+      for (let i = 0; i < finished.length; i += 1_000)
+        await Promise.all(finished.slice(i, i + 1_000).map((r) => store.insertOrGet(r)));
+      await Promise.all(unknown.map((r) => store.insertOrGet(r)));
+
+      await client.sendCommand(['CONFIG', 'RESETSTAT']);
+      const page = await store.list({ state: 'unknown', limit: 100 });
+      const stats = commandCounts(String(await client.sendCommand(['INFO', 'commandstats'])));
+      expect(page.cursor).toBeNull();
+      expect(new Set(page.records.map((r) => r.key))).toEqual(new Set(unknown.map((r) => r.key)));
+      expect(stats.scan ?? 0).toBe(0);
+      expect(stats.get).toBe(50);
+      expect(stats.zrange).toBe(1);
+
+      // The same counting sees the SCAN of a listing the index cannot answer: the proof above can fail.
+      await client.sendCommand(['CONFIG', 'RESETSTAT']);
+      await store.list({ state: 'succeeded', limit: 100 });
+      expect(commandCounts(String(await client.sendCommand(['INFO', 'commandstats']))).scan).toBeGreaterThan(0);
+    } finally {
+      await store.close();
+      await client.close();
+      server.stop();
+    }
+  }, 60_000);
+
+  it('stays exact when two processes race on the same keys, are killed with SIGKILL, and two more settle them', async () => {
+    const p = `${prefix}race:`;
+    const script = fileURLToPath(new URL('./index-race-worker.ts', import.meta.url));
+    const job = { url: REDIS_URL, prefix: p, keys: 300, lease: 400 };
+    const racers = [1, 2].map((seed) => startWorker({ ...job, mode: 'race', seed }, script));
+    await Promise.all(racers.map((w) => w.waitFor('half')));
+    for (const w of racers) w.child.kill('SIGKILL');
+    await Promise.all(racers.map((w) => w.exited));
+
+    const afterRace = await statesUnder(p);
+    const held = [...afterRace].filter(([, state]) => state === 'in_progress').map(([m]) => m);
+    // Killed holders leave claims behind: the race reached the window the index must survive.
+    expect(held.length).toBeGreaterThan(0);
+    expect(new Set(await members(p, 'in_progress'))).toEqual(new Set(held));
+
+    // Once the killed holders' leases ran out, two processes call every key again: under 'hold'
+    // the abandoned claims turn unknown, the rest run or replay.
+    await sleep(job.lease + 200);
+    const settlers = [3, 4].map((seed) => startWorker({ ...job, mode: 'settle', seed }, script));
+    const summaries = (await Promise.all(settlers.map((w) => w.waitFor('{')))).map(
+      (line) => JSON.parse(line) as Record<string, number>,
+    );
+    await Promise.all(settlers.map((w) => w.exited));
+    expect(summaries.reduce((sum, s) => sum + (s.OUTCOME_UNKNOWN ?? 0), 0)).toBeGreaterThan(0);
+
+    const states = await statesUnder(p);
+    const having = (state: RecordState) => new Set([...states].filter(([, s]) => s === state).map(([m]) => m));
+    expect(having('unknown').size).toBeGreaterThan(0);
+    expect(new Set(await members(p, 'unknown'))).toEqual(having('unknown'));
+    expect(new Set(await members(p, 'in_progress'))).toEqual(having('in_progress'));
+    const store: RecordStore = redisStore({ client: redis, prefix: p });
+    const listed = await store.list({ state: 'unknown', limit: 1_000 });
+    expect(new Set(listed.records.map(memberOf))).toEqual(having('unknown'));
+    await store.close();
+  }, 60_000);
+});
+
+/** `INFO commandstats` as calls per command. */
+function commandCounts(info: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const match of info.matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) out[match[1] as string] = Number(match[2]);
+  return out;
+}
+
+/** A redis-server of its own on a free port, without persistence. */
+async function privateRedis(): Promise<{ url: string; stop(): void }> {
+  const port = await freePort();
+  const child: ChildProcess = spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no'], {
+    stdio: 'ignore',
+  });
+  const url = `redis://127.0.0.1:${port}`;
+  for (let tries = 0; ; tries++) {
+    try {
+      await (await connectTo(url)).close();
+      break;
+    } catch (error) {
+      if (tries > 100) throw error;
+      await sleep(50);
+    }
+  }
+  return { url, stop: () => child.kill('SIGKILL') };
+}
+
+async function connectTo(url: string) {
+  const client = createClient({ url, socket: { reconnectStrategy: false } });
+  client.on('error', () => {});
+  await client.connect();
+  return client;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
