@@ -187,6 +187,8 @@ export function insertAnswer(
   if (!relative) return { inserted: true, record, now };
   const stored = absoluteRecord(record, now);
   stored.fence = Number(answer);
+  // absoluteRecord copies the fields every claim has; a settlement (never on the engine's claims) is carried here.
+  if (record.settlement) stored.settlement = record.settlement;
   return { inserted: true, record: stored, now };
 }
 
