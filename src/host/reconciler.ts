@@ -4,12 +4,13 @@ import type { Metrics } from '../core/metrics.js';
 import type { ObserveOptions } from '../core/observer.js';
 import type { Db } from '../db/types.js';
 import { createOncely, type Oncely } from '../engine/engine.js';
-import type { ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
+import type { Reconcile, ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
+import { encodeResponse } from '../http/response.js';
 import { sqliteStore } from '../sqlite/index.js';
 import type { App } from './app.js';
 import type { HostConfig } from './config.js';
 import { CONSUMER_TTL, consumerAction } from './consume.js';
-import { handlerAction } from './invoke.js';
+import { envelope, handlerAction } from './invoke.js';
 
 /** The reconciler of `oncely serve`, as the config sets it: every how long, over what, how many; null when off. */
 export interface ReconcileSettings {
@@ -32,11 +33,25 @@ export function reconcileSettings(config: HostConfig['reconcile']): ReconcileSet
 /** Registers the `reconcile` exports of the app's handlers and consumers on `once`, under their actions. */
 export function registerReconcilers(once: Oncely, app: App): void {
   for (const [id, module] of app.handlers)
-    if (module.reconcile) once.registerReconcile(handlerAction(id), module.reconcile, module.idempotency?.ttl);
+    if (module.reconcile)
+      once.registerReconcile(handlerAction(id), asStoredEnvelope(module.reconcile), module.idempotency?.ttl);
   for (const [name, module] of app.consumers) {
     const [source, type] = name.split('/') as [string, string];
     if (module.reconcile) once.registerReconcile(consumerAction(source, type), module.reconcile, CONSUMER_TTL);
   }
+}
+
+/**
+ * A handler's reconcile answers what `handle` would have returned; its record keeps the response
+ * the invocation answered (`{ code: 0, data }`, as the gate stores it), so a duplicate replays
+ * the same envelope it would have got from the handler.
+ */
+function asStoredEnvelope(reconcile: Reconcile): Reconcile {
+  return async (record) => {
+    const answer = await reconcile(record);
+    if (typeof answer !== 'object' || answer === null || !Object.hasOwn(answer, 'value')) return answer;
+    return { value: encodeResponse(envelope(200, { data: (answer as { value: unknown }).value }), ['content-type']) };
+  };
 }
 
 /** Runs reconcile passes for the host; `close` ends the connection it may have opened. */
