@@ -301,7 +301,12 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       totals.start();
       await brokers.start();
       await flows?.startWorker();
-      if (retention.scheduled) purges = schedule('retention', retention.everyMs, () => purgeOnce(), { logger });
+      // A first pass within a minute: a process restarted more often than `every` still purges.
+      if (retention.scheduled)
+        purges = schedule('retention', retention.everyMs, () => purgeOnce(), {
+          logger,
+          firstAfterMs: Math.min(retention.everyMs, 60_000),
+        });
       if (reconciling) reconciles = schedule('reconcile', reconciling.everyMs, () => reconcileOnce(), { logger });
       // The first scan soon after start: a process restarted more often than `every` still scans.
       if (scanEveryMs !== null && effects.length > 0)

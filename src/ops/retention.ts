@@ -33,7 +33,7 @@ export interface RetentionConfig {
   every?: Duration;
   /** Most rows one DELETE removes (one short transaction). Default 1000. */
   batch?: number;
-  /** Most batches per table in one pass; the next pass goes on. Default 100. */
+  /** Most batches per table in one pass; the next pass goes on. Default 1000 (a million rows per table). */
   maxBatches?: number;
   /** Finished events (applied, stale, no consumer), by their last update. Default '30d'. */
   events?: Ttl;
@@ -57,7 +57,7 @@ export interface RetentionConfig {
 export const RETENTION_DEFAULTS = {
   every: '1h',
   batch: 1000,
-  maxBatches: 100,
+  maxBatches: 1000,
   events: '30d',
   outbox: '7d',
   flows: '30d',
@@ -110,7 +110,12 @@ export function retentionSettings(config: RetentionConfig | false | undefined): 
     }
   };
   const keep = {} as Record<keyof Cutoffs, number | null>;
-  for (const kind of KINDS) keep[kind] = checked(kind, () => ttlToMs(merged[kind], kind));
+  for (const kind of KINDS) {
+    keep[kind] = checked(kind, () => ttlToMs(merged[kind], kind));
+    // Zero would purge a row the moment it finishes: no dedupe window left at all.
+    if (keep[kind] === 0)
+      throw new OncelyError('CONFIG_INVALID', `retention.${kind} must be longer than 0 ('permanent' keeps them)`);
+  }
   const everyMs = checked('every', () => toMs(merged.every, 'every'));
   if (everyMs <= 0) throw new OncelyError('CONFIG_INVALID', 'retention.every must be longer than 0');
   return {
@@ -175,7 +180,7 @@ export async function purge(db: Db, settings: RetentionSettings, options: PurgeO
   }
   const tables: TablePurge[] = [];
   const present = async (table: string) => (await db.all(...spread(tableExists(db.dialect, table)))).length > 0;
-  const batches = new Batches(settings, options);
+  const batches = new Batches(settings, options, db.dialect === 'sqlite');
 
   if (options.records && (await present(RECORDS_TABLE))) {
     const store = options.records;
@@ -204,36 +209,44 @@ export async function purge(db: Db, settings: RetentionSettings, options: PurgeO
         tables.push({ table: child, rows: await count(db, countOfFlows(child, flowsWhere)), batches: 0 });
     } else {
       const children = new Map<string, number>(FLOW_CHILDREN.map((c) => [c, 0]));
-      const flows = await batches.run(FLOWS.table, () =>
+      const flows = await batches.run(FLOWS.table, async () => {
         // One transaction per batch: a flow never loses its steps without going itself, or the reverse.
-        db.transaction(async (tx) => {
+        const { removed, ofChildren } = await db.transaction(async (tx) => {
           const picked = await tx.all<{ workflow_id: string }>(
             ...spread(pickFlows(db.dialect, flowsWhere, settings.batch)),
           );
-          if (picked.length === 0) return 0;
           const ids = picked.map((p) => p.workflow_id);
-          for (const child of FLOW_CHILDREN) {
-            const removed = await tx.run(...spread(deleteOfFlows(db.dialect, child, ids)));
-            children.set(child, (children.get(child) ?? 0) + removed);
-          }
-          return tx.run(...spread(deleteOfFlows(db.dialect, FLOWS.table, ids)));
-        }),
-      );
+          const ofChildren: [string, number][] = [];
+          if (ids.length === 0) return { removed: 0, ofChildren };
+          for (const child of FLOW_CHILDREN)
+            ofChildren.push([child, await tx.run(...spread(deleteOfFlows(db.dialect, child, ids)))]);
+          return { removed: await tx.run(...spread(deleteOfFlows(db.dialect, FLOWS.table, ids))), ofChildren };
+        });
+        // Counted once committed: a batch rolled back removed nothing.
+        for (const [child, rows] of ofChildren) {
+          children.set(child, (children.get(child) ?? 0) + rows);
+          if (rows > 0) options.metrics?.add('oncely_purged_total', [child], rows);
+        }
+        return removed;
+      });
       tables.push(flows);
-      for (const [child, rows] of children) {
-        tables.push({ table: child, rows, batches: flows.batches });
-        if (rows > 0) options.metrics?.add('oncely_purged_total', [child], rows);
-      }
+      for (const [child, rows] of children) tables.push({ table: child, rows, batches: flows.batches });
     }
   }
   return { dryRun, tables };
 }
 
-/** Runs one table's batches: until a batch comes back short, or maxBatches. */
+/**
+ * Runs one table's batches: until a batch comes back short, or maxBatches. On SQLite one write
+ * lock serves the whole database, and a purge that takes it again at once after each commit
+ * starves other processes' writers (their busy handler sleeps and retries): it rests as long as
+ * each batch took, so the lock is free at least half of the time.
+ */
 class Batches {
   constructor(
     private readonly settings: RetentionSettings,
     private readonly options: PurgeOptions,
+    private readonly rests: boolean,
   ) {}
 
   async run(table: string, batch: () => Promise<number>): Promise<TablePurge> {
@@ -242,11 +255,13 @@ class Batches {
     while (batches < this.settings.maxBatches) {
       const started = performance.now();
       const removed = await batch();
+      const ms = performance.now() - started;
       batches += 1;
       rows += removed;
-      this.options.onBatch?.(table, removed, performance.now() - started);
+      this.options.onBatch?.(table, removed, ms);
       if (removed > 0) this.options.metrics?.add('oncely_purged_total', [table], removed);
       if (removed < this.settings.batch) break;
+      if (this.rests) await new Promise((resolve) => setTimeout(resolve, Math.max(1, ms)));
     }
     return { table, rows, batches };
   }

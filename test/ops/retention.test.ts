@@ -12,7 +12,7 @@ const sortedIds = (list: string[]) => [...list].sort();
 describe('retention settings', () => {
   it('fills the documented defaults and keeps dead letters forever', () => {
     const s = retentionSettings(undefined);
-    expect(s).toMatchObject({ scheduled: true, everyMs: 3_600_000, batch: 1000, maxBatches: 100 });
+    expect(s).toMatchObject({ scheduled: true, everyMs: 3_600_000, batch: 1000, maxBatches: 1000 });
     expect(s.keep).toEqual({
       events: 30 * DAY,
       outbox: 7 * DAY,
@@ -36,6 +36,7 @@ describe('retention settings', () => {
     [{ batch: 0 }, 'retention.batch'],
     [{ maxBatches: 2.5 }, 'retention.maxBatches'],
     [{ every: '0s' }, 'retention.every'],
+    [{ events: 0 }, 'retention.events'],
     [{ evnts: '1d' }, 'retention.evnts'],
   ])('refuses %j with CONFIG_INVALID naming it', (config, named) => {
     const refused = (() => {
