@@ -54,6 +54,9 @@ export interface DuplicateScan {
 /** Groups one scan reads per table; a table with more is read on from there by the next scan. */
 export const GROUPS_PER_TABLE = 1_000;
 
+// Findings settled per transaction: few commits per scan, and row locks held for a bounded batch.
+const GROUPS_PER_TRANSACTION = 100;
+
 /** The largest page `listFindings` answers. */
 export const FINDINGS_PAGE_MAX = 1_000;
 
@@ -143,10 +146,10 @@ export class DuplicateScanner {
         );
       else this.after.delete(target.table);
       report.tables.push({ table: target.table, groups: groups.length, truncated: groups.length === limit });
-      for (const group of groups) {
-        const finding = await this.record(target, group, now);
-        report.counted += finding.newlyCounted;
-        report.findings.push(finding.finding);
+      for (let i = 0; i < groups.length; i += GROUPS_PER_TRANSACTION) {
+        const batch = await this.record(target, groups.slice(i, i + GROUPS_PER_TRANSACTION), now);
+        report.counted += batch.newlyCounted;
+        report.findings.push(...batch.findings);
       }
     }
     if (report.counted > 0)
@@ -163,36 +166,40 @@ export class DuplicateScanner {
   }
 
   /**
-   * Upserts one group's finding and counts its extra rows not counted yet, in one transaction: of
-   * two scans at once, only the one whose conditional update of `counted` changed the row counts.
+   * Upserts a batch of groups' findings and counts their extra rows not counted yet, in one
+   * transaction: of two scans at once, only the one whose conditional update of `counted` changed
+   * a finding counts its rows. Both take the findings' row locks in key order, so neither waits on
+   * the other in a cycle.
    */
   private record(
     target: ScanTarget,
-    group: Record<string, unknown>,
+    groups: readonly Record<string, unknown>[],
     now: number,
-  ): Promise<{ finding: DuplicateFinding; newlyCounted: number }> {
-    const values = Object.fromEntries(target.columns.map((c) => [c, group[c]]));
-    const key = canonicalJson(decodeRow(target.schema, values, this.db.dialect));
-    const count = Number(group.oncely_count);
-    const upsert = upsertFinding(
-      target.table,
-      key,
-      count,
-      now,
-      epochMs(group.oncely_first_at),
-      epochMs(group.oncely_last_at),
-    );
+  ): Promise<{ findings: DuplicateFinding[]; newlyCounted: number }> {
     return this.totals.transaction(async (tx, counts) => {
-      const [row] = await tx.all<FindingRow>(upsert.text, upsert.values);
-      if (!row) throw new OncelyError('STORE_UNAVAILABLE', `the finding of ${target.table} ${key} was not written`);
-      const finding = findingOf(row);
-      const extra = count - 1 - finding.counted;
-      if (extra <= 0) return { finding, newlyCounted: 0 };
-      const mark = markCounted(target.table, key, finding.counted, count - 1);
-      // 0 rows: a scan beside this one moved `counted` first and counted these rows itself.
-      if ((await tx.run(mark.text, mark.values)) !== 1) return { finding, newlyCounted: 0 };
-      await counts.count('oncely_duplicates_total', ['scan', target.table, 'false'], extra);
-      return { finding: { ...finding, counted: count - 1 }, newlyCounted: extra };
+      const findings: DuplicateFinding[] = [];
+      let newlyCounted = 0;
+      for (const group of groups) {
+        const values = Object.fromEntries(target.columns.map((c) => [c, group[c]]));
+        const key = canonicalJson(decodeRow(target.schema, values, this.db.dialect));
+        const count = Number(group.oncely_count);
+        const first = epochMs(group.oncely_first_at);
+        const upsert = upsertFinding(target.table, key, count, now, first, epochMs(group.oncely_last_at));
+        const [row] = await tx.all<FindingRow>(upsert.text, upsert.values);
+        if (!row) throw new OncelyError('STORE_UNAVAILABLE', `the finding of ${target.table} ${key} was not written`);
+        const finding = findingOf(row);
+        const extra = count - 1 - finding.counted;
+        const mark = markCounted(target.table, key, finding.counted, count - 1);
+        // 0 rows changed: a scan beside this one moved `counted` first and counted these rows itself.
+        if (extra > 0 && (await tx.run(mark.text, mark.values)) === 1) {
+          newlyCounted += extra;
+          finding.counted = count - 1;
+        }
+        findings.push(finding);
+      }
+      if (newlyCounted > 0)
+        await counts.count('oncely_duplicates_total', ['scan', target.table, 'false'], newlyCounted);
+      return { findings, newlyCounted };
     });
   }
 }

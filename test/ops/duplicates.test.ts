@@ -258,32 +258,31 @@ for (const dialect of dialects)
       const h = await startHost(target, ledgerApp());
       const db = await openDb(target, { poolSize: 2 });
       try {
-        // 150 intents with 3 rows each: 300 extra rows, each group settled in its own transaction.
-        const rows: [string, string, string, number][] = [];
-        for (let g = 0; g < 150; g++) for (let r = 0; r < 3; r++) rows.push([`g${g}-${r}`, `O-${g}`, 'charge', r]);
-        await db.transaction(async (tx) => {
-          for (const [id, orderId, kind, at] of rows)
-            await tx.run('INSERT INTO ledger (id, order_id, kind, amount, created_at) VALUES (?, ?, ?, 1, ?)', [
-              id,
-              orderId,
-              kind,
-              at,
-            ]);
-        });
-        const children = [0, 1].map(() => startWorker({ target, schemaSql: SCHEMA_SQL, effects: [EFFECTS[0]] }, CHILD));
+        // 3,000 intents with 2 rows each: 3,000 extra rows, read 1,000 groups a scan in 3 scans by each process.
+        for (let from = 0; from < 3_000; from += 250) {
+          const values: unknown[] = [];
+          for (let g = from; g < from + 250; g++) values.push(`g${g}-a`, `O-${g}`, `g${g}-b`, `O-${g}`);
+          await db.run(
+            `INSERT INTO ledger (id, order_id, kind, amount, created_at) VALUES ${Array(500).fill("(?, ?, 'charge', 1, 0)").join(', ')}`,
+            values,
+          );
+        }
+        const children = [0, 1].map(() =>
+          startWorker({ target, schemaSql: SCHEMA_SQL, effects: [EFFECTS[0]], passes: 3 }, CHILD),
+        );
         await Promise.all(children.map((c) => c.waitFor('ready')));
         for (const c of children) c.child.stdin.write('go\n');
         const results = (await Promise.all(children.map((c) => c.waitFor('{')))).map(
           (line) => JSON.parse(line) as { counted: number; groups: number },
         );
-        expect(results.map((r) => r.groups)).toEqual([150, 150]);
-        expect(results.reduce((sum, r) => sum + r.counted, 0)).toBe(300);
+        expect(results.map((r) => r.groups)).toEqual([3_000, 3_000]);
+        expect(results.reduce((sum, r) => sum + r.counted, 0)).toBe(3_000);
         const stats = await h.host.stats();
-        expect(stats.rateTotals).toMatchObject({ duplicates: 300, duplicatesIntercepted: 0 });
+        expect(stats.rateTotals).toMatchObject({ duplicates: 3_000, duplicatesIntercepted: 0 });
         const counted = await db.all<{ n: number | string }>('SELECT SUM(counted) AS n FROM oncely_duplicate_findings');
-        expect(Number(counted[0]?.n)).toBe(300);
+        expect(Number(counted[0]?.n)).toBe(3_000);
         // Reported for the run's log: how the work split between the two.
-        console.log(`two scanners counted ${results.map((r) => r.counted).join(' + ')} of 300 extra rows`);
+        console.log(`two scanners counted ${results.map((r) => r.counted).join(' + ')} of 3,000 extra rows`);
       } finally {
         await db.close();
         await h.stop();
