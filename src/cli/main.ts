@@ -5,6 +5,7 @@ import { appDir, withDir } from './dir.js';
 import { addFlowCommands, addHostCommands } from './host-commands.js';
 import { addPurgeCommand } from './purge.js';
 import { addReconcileCommand } from './reconcile.js';
+import { addRecordCommands } from './records.js';
 
 // Every command imports its modules inside its action: `oncely demo` or `--help` must not load the
 // host (hono, tsx), so each command works with exactly what it needs installed.
@@ -37,6 +38,7 @@ addHostCommands(program);
 addFlowCommands(program);
 addPurgeCommand(program);
 addReconcileCommand(program);
+addRecordCommands(program);
 
 program.parseAsync().catch((error: unknown) => {
   // One line a user can act on; the stack is for `ONCELY_DEBUG=1`.
