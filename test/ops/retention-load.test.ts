@@ -87,8 +87,11 @@ for (const database of DATABASES) {
         return JSON.parse(reports[seen] as string);
       };
       await writer.waitFor('ready');
+      await report();
+      const quiet = performance.now();
       await new Promise((r) => setTimeout(r, 1_000));
       const baseline = await report();
+      const baselineMs = performance.now() - quiet;
 
       const batches: { rows: number; ms: number }[] = [];
       const started = performance.now();
@@ -119,10 +122,12 @@ for (const database of DATABASES) {
         `${database.name}: fill ${OLD_ROWS} rows ${Math.round(fillMs)} ms; purge 90,000 in ${batches.length} batches ` +
           `${Math.round(purgeMs)} ms (longest batch ${longestBatch.toFixed(1)} ms); writer during the purge: ` +
           `${live.intakes} intakes, ${live.claims} claims, longest intake ${live.maxIntakeMs} ms, longest claim ` +
-          `${live.maxClaimMs} ms, p99 ${live.p99Ms} ms; before it: longest ${Math.max(baseline.maxIntakeMs, baseline.maxClaimMs)} ms, p99 ${baseline.p99Ms} ms`,
+          `${live.maxClaimMs} ms, p99 ${live.p99Ms} ms; before it: ${baseline.intakes} intakes in ${Math.round(baselineMs)} ms, ` +
+          `longest ${Math.max(baseline.maxIntakeMs, baseline.maxClaimMs)} ms, p99 ${baseline.p99Ms} ms`,
       );
       expect(live.intakes).toBeGreaterThanOrEqual(5);
-      expect(longestWait).toBeLessThan(5 * longestBatch + 100);
+      // A few batches, plus SQLite's busy handler, whose sleeps between retries grow to 100 ms each.
+      expect(longestWait).toBeLessThan(5 * longestBatch + 250);
     }, 120_000);
   });
 }
