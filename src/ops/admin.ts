@@ -50,9 +50,13 @@ import { listFindings } from './duplicates.js';
 
 /** What the admin API reads and changes: the host's own parts. */
 export interface AdminDeps {
+  /** The host's database: the audit, events, flows and agent tables. */
   db: Db;
+  /** The host's engine: records on PostgreSQL (on SQLite an engine of a connection of its own). */
   once: Oncely;
+  /** Dead letters are replayed through it, so the queue wakes and counts the replays. */
   events: EventQueue;
+  /** The app's flows; undefined without a flows folder (their routes then find no flow). */
   flows: Flows | undefined;
   /** What `GET /v1/stats` answers. */
   stats(): Promise<HostStats>;
