@@ -121,6 +121,7 @@ function epochMs(value: unknown): number | null {
 export class DuplicateScanner {
   private readonly after = new Map<string, unknown[]>();
 
+  /** Scans `targets()` (resolved by resolveEffects) on `db`; `groupsPerTable` defaults to GROUPS_PER_TABLE. */
   constructor(
     private readonly db: Sql,
     /** The host's totals: counts are written in the transaction that marks them counted. */
@@ -185,9 +186,9 @@ export class DuplicateScanner {
         const count = Number(group.oncely_count);
         const first = epochMs(group.oncely_first_at);
         const upsert = upsertFinding(target.table, key, count, now, first, epochMs(group.oncely_last_at));
+        // An upsert with RETURNING answers its one row, inserted or updated.
         const [row] = await tx.all<FindingRow>(upsert.text, upsert.values);
-        if (!row) throw new OncelyError('STORE_UNAVAILABLE', `the finding of ${target.table} ${key} was not written`);
-        const finding = findingOf(row);
+        const finding = findingOf(row as FindingRow);
         const extra = count - 1 - finding.counted;
         const mark = markCounted(target.table, key, finding.counted, count - 1);
         // 0 rows changed: a scan beside this one moved `counted` first and counted these rows itself.
