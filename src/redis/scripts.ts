@@ -99,11 +99,50 @@ end
 
 // The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state, and a record key's member:
 // the key past '<prefix>r:', where the prefix is read off the first index key, so a client's own
-// key prefix (ioredis keyPrefix, which Redis sees in KEYS) is part of it.
+// key prefix (ioredis keyPrefix, which Redis sees in KEYS) is part of it. A run collects the
+// moves of its records (`move`: the index a record left, the one it joined) and applies them at
+// its end with one ZREM and one ZADD per index key: a call from Lua into Redis costs more than
+// the command itself, and a run holds up to 8 records. A record moved twice in one run is moved
+// once, from where it was before the run to where it ended. The index keys are written only
+// there, within the run, so the result is the same as moving each record as it is written. An
+// index key holding another type would fail those calls after the records were written (scripts
+// are not rolled back), so a run checks both first and, finding one, refuses before any write.
 const INDEX = `
+for i = 1, ${INDEX_KEYS} do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'zset' and t ~= 'none' then return { err = 'the value at ' .. KEYS[i] .. ' is not an oncely index' } end
+end
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
 local after = #KEYS[1] - ${`i:${INDEXED_STATES[0]}`.length} + 3
-local function member(key) return string.sub(key, after) end
+local moved, moves = {}, {}
+local function move(key, from, to)
+  local m = moved[key]
+  if m then m[2] = to
+  else moves[#moves + 1] = key; moved[key] = { from, to } end
+end
+local function apply_moves()
+  if #moves == 0 then return end
+  local rem, add = {}, {}
+  for _, key in ipairs(moves) do
+    local m = moved[key]
+    if m[1] ~= m[2] then
+      local name = string.sub(key, after)
+      if m[1] then
+        local l = rem[m[1]] or {}
+        rem[m[1]] = l
+        l[#l + 1] = name
+      end
+      if m[2] then
+        local l = add[m[2]] or {}
+        add[m[2]] = l
+        l[#l + 1] = 0
+        l[#l + 1] = name
+      end
+    end
+  end
+  for key, l in pairs(rem) do redis.call('ZREM', key, unpack(l)) end
+  for key, l in pairs(add) do redis.call('ZADD', key, unpack(l)) end
+end
 `;
 
 const CLOCK = `${FOREIGN}${INDEX}
@@ -133,7 +172,7 @@ end
  * which is read and printed once per run (times, fence), and each value is that shape's string
  * joined with the record's texts. It is written with one `SET key value NX GET [PXAT at]`,
  * which answers the existing value instead when the key is taken (and then writes nothing); an
- * in_progress or unknown record inserted joins its state's index (one ZADD).
+ * in_progress or unknown record inserted joins its state's index (one ZADD per run).
  * A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
  * record that expired leaves nothing behind, and the key's next claim must still outrank every
  * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
@@ -178,10 +217,11 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   else old = redis.pcall('SET', key, value, 'NX', 'GET') end
   if not old then
     out[i] = s[2]
-    if s[5] then redis.call('ZADD', s[5], 0, member(key)) end
+    if s[5] then move(key, nil, s[5]) end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
+apply_moves()
 out[#out + 1] = now
 return out
 `);
@@ -207,10 +247,11 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if not old then
     out[i] = 0
     local to = index[string.match(value, '^o[12]|([^|]*)|')]
-    if to then redis.call('ZADD', to, 0, member(key)) end
+    if to then move(key, nil, to) end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
+apply_moves()
 out[#out + 1] = now
 return out
 `);
@@ -221,8 +262,8 @@ return out
  * per key. Each write comes as its shape (the checks and the patch's state and times), which a
  * run's writes mostly share and Lua reads and prints once per run, and its per-record parts; the
  * stored record is parsed, and only the fields the patch sets are replaced. A write that changes
- * the state moves the record between indexes (a ZREM from the old state's, a ZADD to the new
- * one's, where those states have one).
+ * the state moves the record between indexes (from the old state's, to the new one's, where
+ * those states have one), applied at the end of the run.
  *
  * KEYS: the index keys (INDEXED_STATES), then the record keys.
  * ARGV, UPDATE_SLOTS per record key:
@@ -308,9 +349,7 @@ local function update(key, b)
   end
   if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
   if state ~= was then
-    local from, to = index[was], index[state]
-    if from then redis.call('ZREM', from, member(key)) end
-    if to then redis.call('ZADD', to, 0, member(key)) end
+    move(key, index[was], index[state])
   end
   return now
 end
@@ -318,6 +357,7 @@ local out = {}
 for i = 1, #KEYS - ${INDEX_KEYS} do
   out[i] = update(KEYS[i + ${INDEX_KEYS}], ${UPDATE_SLOTS} * (i - 1))
 end
+apply_moves()
 return out
 `);
 

@@ -115,6 +115,18 @@ describe('redis index of in_progress and unknown records', () => {
     await store.close();
   });
 
+  it('refuses a run before any write when an index key holds another type', async () => {
+    const p = `${prefix}foreign:`;
+    const store = redisStore({ client: redis, prefix: p });
+    await redis.set(`${p}i:unknown`, 'not a sorted set');
+    const r = record();
+    await expect(store.insertOrGet(r)).rejects.toThrow(/is not an oncely index/);
+    expect(await redis.exists(recordKey(p, r))).toBe(0);
+    await redis.del(`${p}i:unknown`);
+    expect((await store.insertOrGet(r)).inserted).toBe(true);
+    await store.close();
+  });
+
   it('heals itself: a record Redis expired (PXAT) or that came back in another state leaves the index when listed', async () => {
     const p = `${prefix}heal:`;
     const store = redisStore({ client: redis, prefix: p });
