@@ -9,8 +9,12 @@ import type { Db } from '../db/types.js';
 import type { AdminIdentity } from './admin-auth.js';
 import { decodeCursor, encodeCursor } from './admin-lists.js';
 
-/** Where an audited action ended: `started` only when the process stopped before it finished. */
-export type AuditOutcome = 'started' | 'done' | 'refused';
+/**
+ * Where an audited action ended: `done`, `refused` (its state did not allow it, nothing changed),
+ * `failed` (the database failed during it: it may or may not have applied), or still `started`
+ * when the process stopped, or the audit could not be written, before its end was recorded.
+ */
+export type AuditOutcome = 'started' | 'done' | 'refused' | 'failed';
 
 /** One audited admin action. */
 export interface AdminAction {
@@ -73,7 +77,7 @@ export class AdminAudit {
   }
 
   /** Records how an action begun ended, with what it answered. */
-  async finish(id: number, outcome: 'done' | 'refused', detail: unknown): Promise<void> {
+  async finish(id: number, outcome: 'done' | 'refused' | 'failed', detail: unknown): Promise<void> {
     await this.db.run('UPDATE oncely_admin_actions SET outcome = ?, detail = ? WHERE id = ?', [
       outcome,
       detailText(detail),

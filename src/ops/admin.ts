@@ -154,8 +154,8 @@ export function adminApi(deps: AdminDeps): AdminApi {
 
   const app = new Hono();
   /** A route that only reads. */
-  const read = (method: 'get', path: string, action: string, fn: (req: Req) => Promise<unknown>) =>
-    app.on(method.toUpperCase(), path, async (c) => {
+  const read = (path: string, action: string, fn: (req: Req) => Promise<unknown>) =>
+    app.get(path, async (c) => {
       const req = admit(c, action);
       if (req instanceof Response) return req;
       try {
@@ -193,25 +193,29 @@ export function adminApi(deps: AdminDeps): AdminApi {
         count(action, 'failed');
         return answer(503, { error: failureOf(error).error });
       }
+      let data: unknown;
       try {
-        const data = await planned.run();
-        await audit.finish(id, 'done', { asked: planned.detail, answered: data });
-        count(action, 'done');
-        return answer(200, { data });
+        data = await planned.run();
       } catch (error) {
         const failure = failureOf(error);
-        await audit.finish(id, 'refused', { asked: planned.detail, error: failure.error }).catch(() => undefined);
-        count(action, failure.status >= 500 ? 'failed' : 'refused');
+        // A database failure mid-change may or may not have applied it: 'failed', not 'refused'.
+        const outcome = failure.status >= 500 ? 'failed' : 'refused';
+        await audit.finish(id, outcome, { asked: planned.detail, error: failure.error }).catch(() => undefined);
+        count(action, outcome);
         return answer(failure.status, { error: failure.error });
       }
+      // Made: an audit write failing now leaves the row 'started' (its end unrecorded), never a false refusal.
+      await audit.finish(id, 'done', { asked: planned.detail, answered: data }).catch(() => undefined);
+      count(action, 'done');
+      return answer(200, { data });
     });
 
-  read('get', '/stats', 'stats.read', async (req) => {
+  read('/stats', 'stats.read', async (req) => {
     req.query([]);
     return deps.stats();
   });
 
-  read('get', '/records', 'records.list', async (req) => {
+  read('/records', 'records.list', async (req) => {
     const q = req.query(['state', 'action', 'tenant', 'olderThan', 'limit', 'cursor']);
     const page = await (await records()).list({
       state: oneOf(q, 'state', RECORD_STATES),
@@ -223,7 +227,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
     });
     return { records: page.records.map((r) => ({ ref: recordRef(r), ...r })), cursor: page.cursor };
   });
-  read('get', '/records/:ref', 'records.show', async (req) => {
+  read('/records/:ref', 'records.show', async (req) => {
     req.query([]);
     const id = refOf(req.c.req.param('ref') ?? '');
     const record = await (await records()).get(id);
@@ -246,7 +250,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
     };
   });
 
-  read('get', '/events', 'events.list', async (req) => {
+  read('/events', 'events.list', async (req) => {
     const q = req.query(['status', 'source', 'limit', 'cursor']);
     const page = await listEvents(db, {
       status: oneOf(q, 'status', EVENT_STATUSES),
@@ -256,7 +260,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
     });
     return { events: page.items, cursor: page.cursor };
   });
-  read('get', '/events/dead', 'events.dead', async (req) => {
+  read('/events/dead', 'events.dead', async (req) => {
     const q = req.query(['source', 'limit', 'cursor']);
     const page = await listDeadLetters(db, { source: nameOf(q, 'source'), limit: limitOf(q), cursor: cursorOf(q) });
     return { deadLetters: page.items, cursor: page.cursor };
@@ -279,7 +283,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
     };
   });
 
-  read('get', '/flows', 'flows.list', async (req) => {
+  read('/flows', 'flows.list', async (req) => {
     const q = req.query(['status', 'limit', 'cursor']);
     const page = await listFlowRuns(db, {
       status: oneOf(q, 'status', FLOW_STATUSES),
@@ -288,7 +292,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
     });
     return { flows: page.items, cursor: page.cursor };
   });
-  read('get', '/flows/:id', 'flows.show', async (req) => {
+  read('/flows/:id', 'flows.show', async (req) => {
     req.query([]);
     const workflowId = idOf(req.c.req.param('id') ?? '', 'the workflow id');
     const flow = flows ? await flows.show(workflowId) : null;
@@ -321,7 +325,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
   flowChange('retry');
   flowChange('cancel');
 
-  read('get', '/approvals', 'approvals.list', async (req) => {
+  read('/approvals', 'approvals.list', async (req) => {
     const q = req.query(['status', 'limit', 'cursor']);
     const page = await listApprovalRows(db, {
       status: oneOf(q, 'status', APPROVAL_STATUSES),
@@ -355,13 +359,13 @@ export function adminApi(deps: AdminDeps): AdminApi {
   decide('approve');
   decide('reject');
 
-  read('get', '/credits', 'credits.list', async (req) => {
+  read('/credits', 'credits.list', async (req) => {
     const q = req.query(['limit', 'cursor']);
     const page = await listCredits(db, { limit: limitOf(q), cursor: cursorOf(q) });
     return { accounts: page.items, cursor: page.cursor };
   });
 
-  read('get', '/duplicates', 'duplicates.list', async (req) => {
+  read('/duplicates', 'duplicates.list', async (req) => {
     const q = req.query(['table', 'limit', 'cursor']);
     const table = nameOf(q, 'table');
     const limit = limitOf(q);
@@ -370,7 +374,7 @@ export function adminApi(deps: AdminDeps): AdminApi {
     return listFindings(db, { limit, ...(table === undefined ? {} : { table }), ...(cursor ? { cursor } : {}) });
   });
 
-  read('get', '/audit', 'audit.list', async (req) => {
+  read('/audit', 'audit.list', async (req) => {
     const q = req.query(['limit', 'cursor']);
     const page = await audit.list(limitOf(q), cursorOf(q));
     return { actions: page.actions, cursor: page.cursor };
