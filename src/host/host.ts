@@ -249,8 +249,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const scanner = new DuplicateScanner(db, totals, () => effects, { logger });
   let scans: Scheduled | undefined;
   let purges: Scheduled | undefined;
+  // Aborted by stop(): a pass under way ends after its current batch, not after its last table.
+  const stopping = new AbortController();
   const purgeOnce = (options: { dryRun?: boolean } = {}) =>
-    purge(db, retention, { dryRun: options.dryRun, records: store, metrics });
+    purge(db, retention, { dryRun: options.dryRun, records: store, metrics, signal: stopping.signal });
   const migrate = async () => {
     const hash = createHash('sha256').update(app.schemaSql).digest('hex');
     await migrateRecords(store);
@@ -333,6 +335,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       await scans?.stop();
       // A purge under way ends its batch first: the database closes below.
+      stopping.abort();
       await purges?.stop();
       // A pass under way settles its record; its SQLite connection (if any) closes before the database.
       await reconciles?.stop();

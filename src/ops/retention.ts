@@ -161,6 +161,8 @@ export interface PurgeOptions {
   metrics?: Metrics;
   /** The pass's clock (default Date.now()): rows older than now minus their retention go. */
   now?: number;
+  /** Ends the pass after the batch under way (a host stopping); what it removed so far is reported. */
+  signal?: AbortSignal;
   /** Called after each DELETE batch with the rows it removed and how long it took (for logs and tests). */
   onBatch?: (table: string, rows: number, ms: number) => void;
 }
@@ -252,7 +254,7 @@ class Batches {
   async run(table: string, batch: () => Promise<number>): Promise<TablePurge> {
     let rows = 0;
     let batches = 0;
-    while (batches < this.settings.maxBatches) {
+    while (batches < this.settings.maxBatches && !this.options.signal?.aborted) {
       const started = performance.now();
       const removed = await batch();
       const ms = performance.now() - started;

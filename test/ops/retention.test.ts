@@ -188,6 +188,25 @@ for (const database of DATABASES) {
       });
       expect(batches).toEqual([4, 4, 4, 1]);
       expect(await ids(db, 'oncely_events')).toEqual([]);
+
+      // A host stopping aborts the pass: it ends after the batch under way.
+      for (let i = 0; i < 10; i++)
+        await db.run(
+          `INSERT INTO oncely_events (source, event_id, type, payload, status, attempts, next_attempt_at, received_at, updated_at)
+           VALUES ('shop', ?, 't', '{}', 'stale', 1, ?, ?, ?)`,
+          [`s${i}`, old, old, old],
+        );
+      const stopping = new AbortController();
+      const aborted = await purge(db, retentionSettings({ batch: 4 }), {
+        signal: stopping.signal,
+        onBatch: () => stopping.abort(),
+      });
+      expect(aborted.tables.find((t) => t.table === 'oncely_events')).toEqual({
+        table: 'oncely_events',
+        rows: 4,
+        batches: 1,
+      });
+      expect((await ids(db, 'oncely_events')).length).toBe(6);
     });
   });
 }
