@@ -76,17 +76,32 @@ async function rejection(promise: Promise<unknown>): Promise<OncelyError> {
   throw new Error('expected a rejection');
 }
 
+/** What a store promises beyond the interface. */
+export interface ListingTraits {
+  /**
+   * Every listing pages in one total order of ids, whatever the filters (the SQL stores: their
+   * primary key), so pages come in that order and a cursor of another listing resumes right after its id.
+   */
+  idOrder?: boolean;
+}
+
 /**
  * Listing records, run against one store: 10,000 records paged with every filter, cursors, limits,
  * and the settlement a resolve keeps on a record. `makeStore` must give an empty store.
  */
-export function describeListing(name: string, makeStore: () => RecordStore | Promise<RecordStore>): void {
+export function describeListing(
+  name: string,
+  makeStore: () => RecordStore | Promise<RecordStore>,
+  traits: ListingTraits = {},
+): void {
   describe(`listing: ${name}`, () => {
     let store: RecordStore;
     let once: Oncely;
     let records: StoredRecord[];
     let seededAt: number;
     const byRef = new Map<string, StoredRecord>();
+    // With idOrder: each record's place in the store's order, as an unfiltered listing gives it.
+    const place = new Map<string, number>();
 
     beforeAll(async () => {
       store = await makeStore();
@@ -99,6 +114,8 @@ export function describeListing(name: string, makeStore: () => RecordStore | Pro
         const answers = await Promise.all(records.slice(i, i + 1_000).map((r) => store.insertOrGet(r)));
         expect(answers.every((a) => a.inserted)).toBe(true);
       }
+      if (traits.idOrder)
+        for (const record of await listAll({ limit: 1_000 })) place.set(recordRef(record), place.size);
     }, 60_000);
 
     // Closing the engine closes its store.
@@ -133,6 +150,10 @@ export function describeListing(name: string, makeStore: () => RecordStore | Pro
       expect(listed.length).toBe(expected.length);
       expect(new Set(listed.map(recordRef))).toEqual(new Set(expected.map(recordRef)));
       for (const record of listed) expect(record).toEqual(byRef.get(recordRef(record)));
+      if (traits.idOrder) {
+        const places = listed.map((record) => place.get(recordRef(record)) as number);
+        expect(places.every((at, i) => i === 0 || at > (places[i - 1] as number))).toBe(true);
+      }
       return listed.length;
     }
 
@@ -176,29 +197,41 @@ export function describeListing(name: string, makeStore: () => RecordStore | Pro
     }, 60_000);
 
     it('keeps a cursor safe under another filter set: only matching records, none twice', async () => {
-      const first = await store.list({ state: 'unknown', limit: 100 });
-      expect(first.cursor).not.toBeNull();
-      const other = { tenant: 'acme', action: 'charge' } as const;
-      const seen = new Set<string>();
-      let cursor = first.cursor as string | null;
-      let pages = 0;
-      while (cursor !== null && pages++ < 100) {
-        let page: Awaited<ReturnType<RecordStore['list']>>;
-        try {
-          page = await store.list({ ...other, limit: 100, cursor });
-        } catch (error) {
-          // Refusing a cursor of another listing is safe too, if it says so with the catalogue's code.
-          expect((error as OncelyError).code).toBe('CURSOR_INVALID');
-          return;
-        }
-        for (const record of page.records) {
-          expect(matches(record, other)).toBe(true);
-          expect(seen.has(recordRef(record))).toBe(false);
-          seen.add(recordRef(record));
-        }
-        cursor = page.cursor;
+      // The cursors of every page of one listing: ids spread across tenants, before, in and after the other's.
+      const cursors: { from: string; last: StoredRecord }[] = [];
+      for (let page = await store.list({ state: 'unknown', limit: 100 }); page.cursor; ) {
+        cursors.push({ from: page.cursor, last: page.records[page.records.length - 1] as StoredRecord });
+        page = await store.list({ state: 'unknown', limit: 100, cursor: page.cursor });
       }
-      expect(cursor).toBeNull();
+      expect(cursors.length).toBeGreaterThan(2);
+      const other = { tenant: 'acme', action: 'charge' } as const;
+      const inOrder = [...place.keys()];
+      for (const { from, last } of cursors) {
+        const seen: string[] = [];
+        let cursor: string | null = from;
+        for (let pages = 0; cursor !== null && pages < 100; pages++) {
+          let page: Awaited<ReturnType<RecordStore['list']>>;
+          try {
+            page = await store.list({ ...other, limit: 100, cursor });
+          } catch (error) {
+            // Refusing a cursor of another listing is safe too, if it says so with the catalogue's code.
+            expect((error as OncelyError).code).toBe('CURSOR_INVALID');
+            break;
+          }
+          for (const record of page.records) {
+            expect(matches(record, other)).toBe(true);
+            expect(seen).not.toContain(recordRef(record));
+            seen.push(recordRef(record));
+          }
+          cursor = page.cursor;
+        }
+        if (!traits.idOrder) continue;
+        expect(cursor).toBeNull();
+        // Resumed right after the cursor's id: the other listing's records that follow it, in order.
+        const after = place.get(recordRef(last)) as number;
+        const expected = inOrder.filter((ref, at) => at > after && matches(byRef.get(ref) as StoredRecord, other));
+        expect(seen).toEqual(expected);
+      }
     }, 60_000);
 
     it('refuses a cursor it did not give with CURSOR_INVALID', async () => {

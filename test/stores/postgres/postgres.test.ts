@@ -17,7 +17,9 @@ describeConformance('postgres (url, batched)', () => postgresStore({ connectionS
 describeConformance('postgres (pool, unbatched)', () =>
   postgresStore({ pool, schema, table: 'unbatched', batch: false }),
 );
-describeListing('postgres', () => postgresStore({ connectionString: POSTGRES_URL, schema, table: 'listing' }));
+describeListing('postgres', () => postgresStore({ connectionString: POSTGRES_URL, schema, table: 'listing' }), {
+  idOrder: true,
+});
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -13,7 +13,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describeConformance('sqlite file', () => sqliteStore({ path: join(dir, 'conformance.db') }));
 describeConformance('sqlite memory', () => sqliteStore({ path: ':memory:' }));
-describeListing('sqlite file', () => sqliteStore({ path: join(dir, 'listing.db') }));
+describeListing('sqlite file', () => sqliteStore({ path: join(dir, 'listing.db') }), { idOrder: true });
 
 describe('sqlite specifics', () => {
   it('opens the file in WAL mode with durable commits', () => {
