@@ -250,7 +250,7 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
 
     await migrateAgentTables(db);
     const now = Date.now();
-    for (const id of ['ap-1', 'ap-2'])
+    for (const id of ['ap-1', 'ap-2', 'ap-3'])
       await requestApproval(db, {
         id,
         tenant: 'default',
@@ -265,6 +265,19 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
     const credits = new Credits(db);
     await credits.grant('acct-1', 100);
     await credits.reserve('acct-1', 30, 'act-1', now + 60_000);
+
+    // Eight operators approve at once: the database lets one decide, the others are told it was decided.
+    const racing = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => call('POST', 'approvals/ap-3/approve', { operator: `op-${i}` })),
+    );
+    expect(racing.map((r) => r.status).sort()).toEqual([200, 409, 409, 409, 409, 409, 409, 409]);
+    const winner = racing.find((r) => r.status === 200)?.json.data.decidedBy;
+    expect(racing.filter((r) => r.status === 409).every((r) => r.json.error.code === 'APPROVAL_DECIDED')).toBe(true);
+    const decided = await db.all<{ operator: string; outcome: string }>(
+      "SELECT operator, outcome FROM oncely_admin_actions WHERE target = 'ap-3' ORDER BY id",
+    );
+    expect(decided.filter((r) => r.outcome === 'done').map((r) => `admin:token:${r.operator}`)).toEqual([winner]);
+    expect(decided.filter((r) => r.outcome === 'refused')).toHaveLength(7);
 
     const pending = await ok('GET', 'approvals?status=pending&limit=1');
     expect(pending.approvals).toHaveLength(1);
@@ -387,10 +400,14 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
       'flows.retry',
       'flows.cancel',
       'approvals.approve',
+      'approvals.approve',
       'approvals.reject',
     ]);
     for (const row of rows) {
-      expect(row).toMatchObject({ who: 'token', operator: 'alice' });
+      expect(row).toMatchObject({
+        who: 'token',
+        operator: row.target === 'ap-3' ? expect.stringMatching(/^op-/) : 'alice',
+      });
       expect(Math.abs(Number(row.at) - Date.now())).toBeLessThan(120_000);
     }
     expect(rows.map((r) => r.target)).toEqual(
@@ -410,7 +427,7 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
       answered: { state: 'succeeded' },
     });
     expect(counted('flows.cancel', 'done')).toBe(1);
-    expect(counted('approvals.approve', 'done')).toBe(1);
+    expect(counted('approvals.approve', 'done')).toBe(2);
     expect(counted('approvals.reject', 'refused')).toBe(1);
     expect(counted('audit.list', 'done')).toBe(2);
     // The counts reach the database's totals too, summed over processes.
