@@ -1,4 +1,6 @@
+import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
+import { OncelyError } from '../core/errors.js';
 import { appDir, withDir } from './dir.js';
 
 /**
@@ -20,6 +22,9 @@ export function addPurgeCommand(program: Command): void {
         import('../host/open.js'),
         import('../ops/retention.js'),
       ]);
+      // Opening a missing SQLite path would create (and migrate) an empty file: a typo must not leave one behind.
+      if (options.db !== undefined && !/^postgres(ql)?:\/\//.test(options.db) && !existsSync(options.db))
+        throw new OncelyError('INVALID_ARGUMENT', `no database at ${options.db}`);
       await registerAppLoader();
       const host = await openHost(appDir(arg, options), options.db, { poolSize: 2 });
       try {

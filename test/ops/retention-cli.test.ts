@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -24,6 +24,16 @@ const perTable = (stdout: string): Record<string, number> =>
   Object.fromEntries(
     [...stdout.matchAll(/^(oncely_\w+)\s+(?:would remove|removed) (\d+)$/gm)].map((m) => [m[1], Number(m[2])]),
   );
+
+describe('oncely purge', () => {
+  it('refuses a SQLite path with no database, and leaves no file behind', async () => {
+    const missing = join(mkdtempSync(join(tmpdir(), 'oncely-purge-')), 'typo.db');
+    await expect(run(process.execPath, [...CLI, 'purge', appFolder(), '--db', missing])).rejects.toMatchObject({
+      stderr: expect.stringContaining(`oncely: no database at ${missing}`),
+    });
+    expect(existsSync(missing)).toBe(false);
+  }, 60_000);
+});
 
 for (const database of DATABASES) {
   describe(`oncely purge on ${database.name}`, () => {
@@ -72,6 +82,7 @@ for (const database of DATABASES) {
       cleanups.push(cleanup);
       const dir = appFolder();
       writeFileSync(join(dir, 'oncely.config.ts'), "export default { retention: { events: 'a month' } };\n");
+      await (await openDb(target)).close();
       await expect(run(process.execPath, [...CLI, 'purge', dir, '--db', target])).rejects.toMatchObject({
         stderr: expect.stringContaining('retention.events'),
       });
