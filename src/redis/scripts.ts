@@ -106,13 +106,22 @@ end
 // once, from where it was before the run to where it ended. The index keys are written only
 // there, within the run, so the result is the same as moving each record as it is written. An
 // index key holding another type would fail those calls after the records were written (scripts
-// are not rolled back), so a run checks both first and, finding one, refuses before any write.
+// are not rolled back), so a write that moves a record checks its index keys first (once per
+// run, by TYPE: nothing on a replay or a renewal), and a record whose index is foreign is that
+// record's error, not written.
 const INDEX = `
-for i = 1, ${INDEX_KEYS} do
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if t ~= 'zset' and t ~= 'none' then return { err = 'the value at ' .. KEYS[i] .. ' is not an oncely index' } end
-end
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
+local checked = {}
+local function foreign_index(k)
+  if k == nil or k == false then return nil end
+  local c = checked[k]
+  if c == nil then
+    local t = redis.call('TYPE', k).ok
+    c = t ~= 'zset' and t ~= 'none' and { err = 'the value at ' .. k .. ' is not an oncely index' }
+    checked[k] = c
+  end
+  return c or nil
+end
 local after = #KEYS[1] - ${`i:${INDEXED_STATES[0]}`.length} + 3
 local moved, moves = {}, {}
 local function move(key, from, to)
@@ -216,8 +225,15 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if s[3] then old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', s[3])
   else old = redis.pcall('SET', key, value, 'NX', 'GET') end
   if not old then
-    out[i] = s[2]
-    if s[5] then move(key, nil, s[5]) end
+    -- The key was absent: deleting it again undoes this insert exactly.
+    local refused = foreign_index(s[5])
+    if refused then
+      redis.call('DEL', key)
+      out[i] = refused
+    else
+      out[i] = s[2]
+      if s[5] then move(key, nil, s[5]) end
+    end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
@@ -245,9 +261,15 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if expiry == '' then old = redis.pcall('SET', key, value, 'NX', 'GET')
   else old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', expiry) end
   if not old then
-    out[i] = 0
     local to = index[string.match(value, '^o[12]|([^|]*)|')]
-    if to then move(key, nil, to) end
+    local refused = foreign_index(to)
+    if refused then
+      redis.call('DEL', key)
+      out[i] = refused
+    else
+      out[i] = 0
+      if to then move(key, nil, to) end
+    end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
@@ -347,10 +369,13 @@ local function update(key, b)
       if keep > tonumber(expiresAt) then expiry = string.format('%.0f', keep) end
     end
   end
-  if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
-  if state ~= was then
-    move(key, index[was], index[state])
+  local from, to = index[was], index[state]
+  if from ~= to then
+    local refused = foreign_index(from) or foreign_index(to)
+    if refused then return refused end
+    move(key, from, to)
   end
+  if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
   return now
 end
 local out = {}

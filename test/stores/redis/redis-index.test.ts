@@ -115,14 +115,32 @@ describe('redis index of in_progress and unknown records', () => {
     await store.close();
   });
 
-  it('refuses a run before any write when an index key holds another type', async () => {
+  it('refuses a write that would move a record into or out of an index key holding another type, writing nothing', async () => {
     const p = `${prefix}foreign:`;
     const store = redisStore({ client: redis, prefix: p });
-    await redis.set(`${p}i:unknown`, 'not a sorted set');
-    const r = record();
-    await expect(store.insertOrGet(r)).rejects.toThrow(/is not an oncely index/);
-    expect(await redis.exists(recordKey(p, r))).toBe(0);
+    const u = record({ state: 'unknown', leaseUntil: null, expiresAt: null });
+    expect((await store.insertOrGet(u)).inserted).toBe(true);
     await redis.del(`${p}i:unknown`);
+    await redis.set(`${p}i:in_progress`, 'not a sorted set');
+    const r = record();
+    const done = record({ state: 'succeeded', leaseUntil: null, result: '1' });
+    // One run: the claim is refused and not written; the finished record, which joins no index, is.
+    const [claim, finished] = await Promise.allSettled([store.insertOrGet(r), store.insertOrGet(done)]);
+    expect(claim).toMatchObject({
+      status: 'rejected',
+      reason: { message: expect.stringMatching(/not an oncely index/) },
+    });
+    expect(finished).toMatchObject({ status: 'fulfilled', value: { inserted: true } });
+    expect(await redis.exists(recordKey(p, r))).toBe(0);
+    // An update into the foreign index is refused; one between sound ones (unknown to succeeded) applies.
+    await expect(
+      store.update(u, { fence: 1, states: ['unknown'] }, { state: 'in_progress', leaseUntil: Date.now() + 1_000 }),
+    ).rejects.toThrow(/not an oncely index/);
+    expect((await store.get(u))?.state).toBe('unknown');
+    expect(
+      await store.update(u, { fence: 1, states: ['unknown'] }, { state: 'succeeded', result: '2' }),
+    ).not.toBeNull();
+    await redis.del(`${p}i:in_progress`);
     expect((await store.insertOrGet(r)).inserted).toBe(true);
     await store.close();
   });
