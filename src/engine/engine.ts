@@ -255,7 +255,8 @@ export class Oncely {
         list: (query) => this.list(query),
         settle: (record, answer, by) => {
           const ttlMs = this.reconcilers.get(record.action)?.ttlMs ?? this.resolvedDefaults.ttlMs;
-          return this.settleRecord(record, answer, { by }, ttlMs, 'reconciler');
+          const settle = (tx?: unknown) => this.settleRecord(record, answer, { by }, ttlMs, 'reconciler', tx);
+          return options.transaction ? options.transaction(settle) : settle();
         },
       },
       options,
@@ -377,6 +378,7 @@ export class Oncely {
     options: { by?: string; note?: string },
     expiresAt: number | null,
     settler: 'person' | 'reconciler',
+    tx?: unknown,
   ): Promise<PublicRecord> {
     const by = checkSettler(options.by ?? 'person');
     checkNote(options.note);
@@ -414,7 +416,7 @@ export class Oncely {
     patch.settlement = settlement;
     // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
-    const applied = await this.call(() => this.store.update(record, expect, patch, undefined, RELATIVE));
+    const applied = await this.call(() => this.store.update(record, expect, patch, tx, RELATIVE));
     if (applied === null)
       throw new OncelyError('NOT_RESOLVABLE', 'the record changed while resolving it; read it again');
     this.observer.metrics.add('oncely_reconciled_total', [record.action, answer, settler]);

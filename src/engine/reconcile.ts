@@ -41,6 +41,11 @@ export interface ReconcileOptions {
   action?: string;
   /** Only this tenant's records. */
   tenant?: string;
+  /**
+   * Runs each settling write in a transaction of yours, `tx` given to the store: for a store on a
+   * connection others take turns on (the host's SQLite one). The downstream is asked outside it.
+   */
+  transaction?: <T>(work: (tx: unknown) => Promise<T>) => Promise<T>;
 }
 
 /** What one pass did. */

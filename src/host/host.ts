@@ -33,7 +33,7 @@ import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
 import { type OutboxMessage, OutboxRelay } from './outbox.js';
 import { outboxMigrations } from './outbox-sql.js';
-import { hostReconciler, reconcileSettings, registerReconcilers } from './reconciler.js';
+import { hostReconcile, reconcileSettings, registerReconcilers } from './reconciler.js';
 import { migrateRecords } from './records.js';
 import { type RouteIndex, routeIndex } from './routes.js';
 import { type AppSchema, checkStampColumns, readSchema } from './schema.js';
@@ -108,10 +108,9 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const totals = new Totals(db, metrics);
   const once = await createOncely({ store, tenant: 'default', logger, onDecision, metrics });
   registerReconcilers(once, app);
-  const reconciler = hostReconciler(db, once, app, { logger, onDecision, metrics });
   let reconciles: Scheduled | undefined;
   const reconcileOnce = (options: ReconcileOptions = {}) =>
-    reconciler.reconcile({
+    hostReconcile(db, once, {
       ...(reconciling ? { olderThan: reconciling.olderThanMs, limit: reconciling.limit } : {}),
       ...options,
     });
@@ -337,9 +336,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       // A purge under way ends its batch first: the database closes below.
       stopping.abort();
       await purges?.stop();
-      // A pass under way settles its record; its SQLite connection (if any) closes before the database.
+      // A pass under way settles its record before the database closes.
       await reconciles?.stop();
-      await reconciler.close();
       await admin.close();
       await events.stop();
       await relay.stop();

@@ -1,12 +1,9 @@
 import { toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
-import type { Metrics } from '../core/metrics.js';
-import type { ObserveOptions } from '../core/observer.js';
 import type { Db } from '../db/types.js';
-import { createOncely, type Oncely } from '../engine/engine.js';
+import type { Oncely } from '../engine/engine.js';
 import type { Reconcile, ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
 import { encodeResponse } from '../http/response.js';
-import { sqliteStore } from '../sqlite/index.js';
 import type { App } from './app.js';
 import type { HostConfig } from './config.js';
 import { CONSUMER_TTL, consumerAction } from './consume.js';
@@ -54,38 +51,13 @@ function asStoredEnvelope(reconcile: Reconcile): Reconcile {
   };
 }
 
-/** Runs reconcile passes for the host; `close` ends the connection it may have opened. */
-export interface HostReconciler {
-  reconcile(options?: ReconcileOptions): Promise<ReconcileReport>;
-  close(): Promise<void>;
-}
-
 /**
- * The host's reconcile passes. On PostgreSQL they run on the host's engine (its pool). On SQLite
- * on an engine of their own connection to the same file: the host's record store shares the Db's
- * one connection, where a write outside the Db's queue could land inside (or roll back) a
- * handler's open transaction.
+ * One reconcile pass of the host's engine. On SQLite each settling write runs in a transaction of
+ * the Db, in its queue: the record store shares the Db's one connection, where a write of its own
+ * could land inside a handler's open transaction (or roll it back), and a second connection
+ * would wait on that transaction's lock with the event loop blocked.
  */
-export function hostReconciler(
-  db: Db,
-  once: Oncely,
-  app: App,
-  observe: ObserveOptions & { metrics: Metrics },
-): HostReconciler {
-  if (db.dialect !== 'sqlite' || db.target === ':memory:')
-    return { reconcile: (options) => once.reconcile(options), close: async () => {} };
-  let own: Promise<Oncely> | undefined;
-  const engine = () => {
-    own ??= createOncely({ store: sqliteStore({ path: db.target }), tenant: 'default', ...observe }).then((e) => {
-      registerReconcilers(e, app);
-      return e;
-    });
-    return own;
-  };
-  return {
-    reconcile: async (options) => (await engine()).reconcile(options),
-    close: async () => {
-      if (own) await (await own).close();
-    },
-  };
+export function hostReconcile(db: Db, once: Oncely, options: ReconcileOptions): Promise<ReconcileReport> {
+  if (db.dialect !== 'sqlite') return once.reconcile(options);
+  return once.reconcile({ ...options, transaction: (work) => db.transaction((tx) => work(tx.handle)) });
 }

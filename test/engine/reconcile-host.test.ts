@@ -131,6 +131,58 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
   });
 }
 
+describe('the reconciler beside an open handler transaction on SQLite', () => {
+  it('settles records while a handler holds its transaction open; the handler commits all it wrote', async () => {
+    const [sqlite] = hostTargets();
+    const target = sqlite?.target() as string;
+    const running = await startHost(target, {
+      // Records planted now become due 300 ms later, while the handler below holds its transaction.
+      config: { reconcile: { every: '20ms', olderThan: '300ms' } },
+      schemaSql: 'CREATE TABLE IF NOT EXISTS marks (id TEXT PRIMARY KEY, note TEXT NOT NULL)',
+      handlers: {
+        'work.slow': {
+          async handle(_input, ctx) {
+            await ctx.store.createIfAbsent('marks', { id: 'before', note: 'x' }, ['id']);
+            await sleep(600);
+            await ctx.store.createIfAbsent('marks', { id: 'after', note: 'x' }, ['id']);
+            return { ok: true };
+          },
+        },
+        'orders.charge': { handle: () => ({}), reconcile: () => 'retry' },
+      },
+    });
+    // Planted through a connection of the test's own before the handler's transaction takes the write lock.
+    const records = recordsOf(target);
+    try {
+      const now = Date.now();
+      for (let i = 0; i < 5; i++)
+        await records.insertOrGet({
+          ...stalled('POST orders.charge', `ORD-${i}`, 'x'),
+          leaseUntil: now - 1,
+          updatedAt: now,
+        });
+      const started = performance.now();
+      const answer = await running.invoke('work.slow', {}, { 'idempotency-key': 'S-1' });
+      expect(answer.status).toBe(200);
+      // The passes waited their turn: the handler was not held up past its own 600 ms.
+      expect(performance.now() - started).toBeLessThan(2_000);
+      expect(await running.rows('SELECT id FROM marks ORDER BY id')).toEqual([{ id: 'after' }, { id: 'before' }]);
+      for (let i = 0; i < 5; i++) {
+        const id = { tenant: 'default', action: 'POST orders.charge', key: `ORD-${i}` };
+        let record = await records.get(id);
+        for (let n = 0; n < 50 && record?.state !== 'released'; n++) {
+          await sleep(20);
+          record = await records.get(id);
+        }
+        expect(record).toMatchObject({ state: 'released', settlement: { by: 'reconciler' } });
+      }
+    } finally {
+      await records.close();
+      await running.stop();
+    }
+  });
+});
+
 describe('reconcile exports of an app folder', () => {
   const folder = (files: Record<string, string>) => {
     const dir = mkdtempSync(join(tmpdir(), 'oncely-reconcile-app-'));
