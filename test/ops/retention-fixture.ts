@@ -7,14 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { migrateAgentTables } from '../../src/agent/tables.js';
 import { openDb } from '../../src/db/index.js';
-import { migrate } from '../../src/db/migrate.js';
 import type { Db } from '../../src/db/types.js';
 import { migrateFlowTables } from '../../src/flows/tables.js';
 import type { App } from '../../src/host/app.js';
 import type { HostConfig } from '../../src/host/config.js';
 import { createHost, type Host } from '../../src/host/host.js';
 import { recordStoreFor } from '../../src/host/records.js';
-import { adminMigrations } from '../../src/ops/admin-audit.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 
 export const DAY = 86_400_000;
@@ -42,14 +40,13 @@ export function emptyApp(config: HostConfig = {}): App {
   return { dir: tmpdir(), config, schemaSql: '', handlers: new Map(), consumers: new Map(), flows: [] };
 }
 
-/** A migrated host (not started: no scheduled purge) on `target`, with the flow, agent and admin tables too. */
+/** A migrated host (not started: no scheduled purge) on `target`, with the flow and agent tables too. */
 export async function migratedHost(target: string, config: HostConfig = {}): Promise<{ host: Host; db: Db }> {
   const db = await openDb(target, { poolSize: 4 });
   const host = await createHost(emptyApp(config), db, recordStoreFor(db));
   await host.migrate();
   await migrateFlowTables(db);
   await migrateAgentTables(db);
-  await migrate(db, adminMigrations);
   return { host, db };
 }
 
