@@ -110,6 +110,11 @@ export interface ResolveOptions {
   by?: string;
   /** Free text kept with the settlement: the downstream's reference, a ticket number. */
   note?: string;
+  /**
+   * A caller's open transaction to read and write the record in: on the host's SQLite connection,
+   * which its record store shares, a write outside the Db's transactions could land in a handler's.
+   */
+  tx?: unknown;
 }
 
 /** Filters of `list`; all given must hold. With no tenant, every tenant's records are listed. */
@@ -363,9 +368,9 @@ export class Oncely {
     checkSettler(options.by ?? 'person');
     checkNote(options.note);
     const { ttlMs } = resolveOptions(this.defaults, { ttl: options.ttl });
-    const record = await this.call(() => this.store.get(id));
+    const record = await this.call(() => this.store.get(id, options.tx));
     if (!record) throw new OncelyError('NOT_FOUND', `no record for key "${key}" of action "${action}"`);
-    return this.settleRecord(record, resolution, options, ttlMs, 'person');
+    return this.settleRecord(record, resolution, options, ttlMs, 'person', options.tx);
   }
 
   /**

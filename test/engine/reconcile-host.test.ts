@@ -3,7 +3,9 @@
  * `reconcile` has its stalled record settled by the scheduled pass with no one asking, and a
  * duplicate invocation replays the envelope the handler would have answered; the record of a
  * handler without one stays for a person and shows in the gauge on GET /metrics. The app's
- * `reconcile` exports are loaded from a folder and a bad one is refused.
+ * `reconcile` exports are loaded from a folder and a bad one is refused. On SQLite the passes'
+ * writes wait for a handler's open transaction instead of landing in it; `resolve` joins a
+ * caller's transaction (`tx`) on both databases.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
@@ -11,8 +13,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { StoredRecord } from '../../src/core/record.js';
+import { openDb } from '../../src/db/index.js';
 import { loadApp } from '../../src/host/app.js';
-import type { RecordStore } from '../../src/index.js';
+import { recordStoreFor } from '../../src/host/records.js';
+import { createOncely, type RecordStore } from '../../src/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { hostTargets, sleep, startHost } from '../support/host-app.js';
@@ -126,6 +130,40 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
       } finally {
         await records.close();
         await running.stop();
+      }
+    });
+  });
+}
+
+for (const { name, target: makeTarget, cleanup } of hostTargets()) {
+  describe(`resolve in a caller's transaction on ${name}`, () => {
+    afterAll(cleanup);
+
+    it('is rolled back with it and committed with it', async () => {
+      const target = makeTarget();
+      // A host's migrate makes the records table; this engine then shares the Db as the host's does.
+      await (await startHost(target, {})).stop();
+      const db = await openDb(target);
+      const once = await createOncely({ store: recordStoreFor(db), tenant: 'default' });
+      const records = recordsOf(target);
+      try {
+        const id = { tenant: 'default', action: 'POST orders.charge', key: 'ORD-1' };
+        await records.insertOrGet(stalled(id.action, id.key, 'x'));
+        const resolve = (tx: { handle: unknown }) =>
+          once.resolve(id.action, id.key, 'retry', { by: 'ops', tx: tx.handle });
+        await expect(
+          db.transaction(async (tx) => {
+            await resolve(tx);
+            throw new Error('rolled back');
+          }),
+        ).rejects.toThrow('rolled back');
+        expect(await records.get(id)).toMatchObject({ state: 'in_progress' });
+        await db.transaction(resolve);
+        expect(await records.get(id)).toMatchObject({ state: 'released', settlement: { by: 'ops' } });
+      } finally {
+        await records.close();
+        await once.close();
+        await db.close();
       }
     });
   });
