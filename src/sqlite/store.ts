@@ -165,7 +165,7 @@ export class SqliteStore implements RecordStore {
     const after = from ? cursorColumns(query, from) : [];
     if (after === null) return { records: [], cursor: null };
     const shape: ListShape = {
-      state: query.state !== undefined,
+      state: query.state,
       tenant: query.tenant !== undefined,
       action: query.action !== undefined,
       updatedBefore: query.updatedBefore !== undefined,
@@ -179,7 +179,6 @@ export class SqliteStore implements RecordStore {
     }
     // One row past the page says whether another page follows, so the last page has no cursor.
     const rows = statement.all({
-      state: query.state,
       tenant: query.tenant,
       action: query.action,
       updatedBefore: query.updatedBefore,

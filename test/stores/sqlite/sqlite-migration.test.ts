@@ -71,15 +71,33 @@ describe('sqlite records: version 1 to version 2 (settlement, state index)', () 
       settlement: string;
     };
     expect(JSON.parse(stored.settlement)).toEqual(settled.settlement);
-    // Listing a state's records is an index range from the cursor on, not a scan of the table.
-    const plan = db
-      .prepare(
-        `EXPLAIN QUERY PLAN ${listRecords({ state: true, tenant: false, action: false, updatedBefore: false, after: ['tenant', 'action', 'key'] })}`,
+    // Listing unknown or in_progress records is a range of the state index from the cursor on, with
+    // or without a tenant, never a scan; the index holds only those records.
+    const planOf = (state: 'unknown' | 'in_progress', tenant: boolean) =>
+      (
+        db
+          .prepare(
+            `EXPLAIN QUERY PLAN ${listRecords({ state, tenant, action: false, updatedBefore: false, after: tenant ? ['action', 'key'] : ['tenant', 'action', 'key'] })}`,
+          )
+          .all({ tenant: 'acme', c_tenant: 'a', c_action: 'b', c_key: 'c', limit: 10 }) as { detail: string }[]
       )
-      .all({ state: 'unknown', c_tenant: 'a', c_action: 'b', c_key: 'c', limit: 10 }) as { detail: string }[];
-    expect(plan.map((p) => p.detail).join('\n')).toMatch(
+        .map((p) => p.detail)
+        .join('\n');
+    expect(planOf('unknown', false)).toMatch(
       /USING INDEX oncely_records_state \(state=\? AND \(tenant,action,key\)>\(\?,\?,\?\)\)/,
     );
+    expect(planOf('in_progress', true)).toMatch(
+      /USING INDEX oncely_records_state \(state=\? AND tenant=\? AND \(action,key\)>\(\?,\?\)\)/,
+    );
+    const indexed = db
+      .prepare(
+        "SELECT COUNT(*) AS n FROM oncely_records INDEXED BY oncely_records_state WHERE state = 'in_progress' OR state = 'unknown'",
+      )
+      .get();
+    expect(indexed).toEqual({ n: 1 });
+    expect(db.prepare("SELECT sql FROM sqlite_master WHERE name = 'oncely_records_state'").get()).toEqual({
+      sql: expect.stringMatching(/WHERE state = 'in_progress' OR state = 'unknown'$/),
+    });
     db.close();
   });
 });
