@@ -1,4 +1,4 @@
-import { script } from './scripts.js';
+import { INDEXED_STATES, script } from './scripts.js';
 
 // The listing scripts read records by keys they find (index members, SCAN) rather than keys in
 // KEYS: a single Redis allows that, and the store is for a single Redis (see store.ts). Both
@@ -12,8 +12,14 @@ import { script } from './scripts.js';
 // A member (the key past `<prefix>r:`) is `<len>:<tenant>:<len>:<action>:<key>` with the lengths
 // in UTF-16 units (recordKey in codec.ts), which `split` walks in UTF-8 bytes: one unit per
 // character, two for one of four bytes (outside the BMP).
-const FILTERS = `
+const PREFIX = `
 local prefix = string.match(KEYS[1], '^(.*)i:[%a_]+$')
+local skip = #prefix + 3
+-- SCAN MATCH takes a glob: the prefix's own glob characters are escaped to match themselves.
+local function glob(s) return (string.gsub(s, '[%*%?%[%]\\\\]', '\\\\%0')) end
+`;
+
+const FILTERS = `${PREFIX}
 local want_state, want_tenant, want_action = ARGV[1], ARGV[2], ARGV[3]
 local before = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
@@ -133,8 +139,7 @@ local function take(m, value)
 end
 for i = 8, #ARGV do take(ARGV[i], redis.pcall('GET', prefix .. 'r:' .. ARGV[i])) end
 fitted = 0
-local skip = #prefix + 3
-local pattern = string.gsub(prefix .. 'r:' .. ARGV[7], '[%*%?%[%]\\\\]', '\\\\%0') .. '*'
+local pattern = glob(prefix .. 'r:' .. ARGV[7]) .. '*'
 local cursor, visited = ARGV[6], 0
 while cursor ~= '' and n < limit and visited < ${SCAN_BUDGET} do
   local count = math.min(math.max(math.ceil((limit - n) * (visited + 1) / (fitted + 1)), 10), ${SCAN_COUNT_MAX})
@@ -145,4 +150,29 @@ while cursor ~= '' and n < limit and visited < ${SCAN_BUDGET} do
   for _, k in ipairs(found[2]) do take(string.sub(k, skip), redis.pcall('GET', k)) end
 end
 return { cursor, pending, out }
+`);
+
+/**
+ * One SCAN step of rebuilding the indexes: every in_progress or unknown record among the keys of
+ * one SCAN call joins its state's index (ZADD, which keeps a member already there). For records
+ * written before the indexes existed: an unknown record never expires, so without this it would
+ * stay out of `list` until someone settled it. Safe beside live writes: a member added for a
+ * record that moves on meanwhile is healed by the next listing.
+ *
+ * KEYS: the index keys (INDEXED_STATES).
+ * ARGV: 1. the SCAN cursor ('0' to start); 2. its COUNT.
+ * Answers: the next SCAN cursor ('0' when done) and how many members were added.
+ */
+export const REINDEX = script(`${PREFIX}
+local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
+local found = redis.call('SCAN', ARGV[1], 'MATCH', glob(prefix .. 'r:') .. '*', 'COUNT', ARGV[2])
+local added = 0
+for _, k in ipairs(found[2]) do
+  local value = redis.pcall('GET', k)
+  if type(value) == 'string' then
+    local to = index[string.match(value, '^o[12]|([^|]*)|')]
+    if to then added = added + redis.call('ZADD', to, 0, string.sub(k, skip)) end
+  end
+end
+return { found[1], added }
 `);

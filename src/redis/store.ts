@@ -22,6 +22,7 @@ import {
   updateAnswer,
   updateArgs,
 } from './codec.js';
+import { REINDEX } from './list-scripts.js';
 import { listPage, listRequest } from './listing.js';
 import { GET, INDEX_KEYS, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
@@ -190,6 +191,24 @@ export class RedisStore implements RecordStore {
   async list(query: RecordQuery): Promise<RecordPage> {
     const request = listRequest(this.prefix, query);
     return listPage(request, await this.send(request.script, request.args));
+  }
+
+  /**
+   * Adds every in_progress and unknown record to its index, by SCAN of the prefix (a thousand keys
+   * per script run), and answers how many joined one. Once after upgrading from a version without
+   * the indexes: records written before are not in them, and an unknown one never expires.
+   * @example await redisStore({ url }).reindex();
+   */
+  async reindex(): Promise<number> {
+    let cursor = '0';
+    let added = 0;
+    do {
+      const args = [REINDEX.sha, String(INDEX_KEYS), ...this.indexKeys, cursor, '1000'];
+      const [next, count] = (await this.send(REINDEX, args)) as [unknown, unknown];
+      cursor = String(next);
+      added += Number(count);
+    } while (cursor !== '0');
+    return added;
   }
 
   /** Always 0: Redis expires records natively (each write sets PEXPIREAT), so there is nothing to purge. */

@@ -72,6 +72,24 @@ describe('redis store settlements', () => {
     expect(await store.get(r)).toMatchObject({ state: 'succeeded', result: '{"v":1}', attempts: 4 });
   });
 
+  it('reindex adds records written before the indexes existed, so listing finds them; again it adds none', async () => {
+    const p = `${prefix}reindex:`;
+    const store = redisStore({ client: redis, prefix: p });
+    const old = record();
+    // As the store wrote an unknown record before the indexes: the string alone, no member.
+    await redis.set(recordKey(p, old), `o1|unknown|3|||2|${old.createdAt}|${old.updatedAt}||fp|${old.traceId}|`);
+    const indexed = record({ key: 'new-one' });
+    await store.insertOrGet(indexed);
+    await store.insertOrGet(record({ state: 'succeeded', result: '1' }));
+    expect((await store.list({ state: 'unknown', limit: 10 })).records.map((r) => r.key)).toEqual(['new-one']);
+    expect(await store.reindex()).toBe(1);
+    expect((await store.list({ state: 'unknown', limit: 10 })).records.map((r) => r.key).sort()).toEqual(
+      [old.key, 'new-one'].sort(),
+    );
+    expect(await store.reindex()).toBe(0);
+    await store.close();
+  });
+
   it('inserts a settled record with relative times and with absolute ones, and answers its duplicate with it', async () => {
     const store = redisStore({ client: redis, prefix });
     const given = record({ settlement: settled, result: 'a|b' });
