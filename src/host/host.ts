@@ -12,7 +12,7 @@ import { createOncely, type Oncely } from '../engine/engine.js';
 import type { ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
 import { createFlows, type Flows } from '../flows/flows.js';
 import type { HttpResponse } from '../http/response.js';
-import { adminApi } from '../ops/admin.js';
+import { adminRoutes } from '../ops/admin.js';
 import { adminMigrations } from '../ops/admin-audit.js';
 import { adminToken } from '../ops/admin-auth.js';
 import {
@@ -187,8 +187,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   http.get('/v1/stats', async (c) =>
     c.body(statsJson({ code: 0, data: await stats() }), 200, { 'content-type': 'application/json' }),
   );
-  const admin = adminApi({ db, once, events, flows, stats, metrics, token });
-  http.route('/v1/admin', admin.routes);
+  http.route('/v1/admin', adminRoutes({ db, once, events, flows, stats, metrics, token }));
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
     return c.body(text, 200, { 'content-type': type });
@@ -338,7 +337,6 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       await purges?.stop();
       // A pass under way settles its record before the database closes.
       await reconciles?.stop();
-      await admin.close();
       await events.stop();
       await relay.stop();
       // After the relay (which delivers to the targets); the sources' batches in flight finish first.

@@ -10,12 +10,11 @@ import { type ErrorCode, OncelyError } from '../core/errors.js';
 import type { Metrics } from '../core/metrics.js';
 import { recordRef } from '../core/record.js';
 import type { Db } from '../db/types.js';
-import { createOncely, type Oncely } from '../engine/engine.js';
+import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
 import { DEFAULT_MAX_BODY_BYTES, readBodyCapped } from '../host/body.js';
 import type { EventQueue } from '../host/events.js';
 import type { HostStats } from '../host/stats.js';
-import { sqliteStore } from '../sqlite/index.js';
 import { AdminAudit } from './admin-audit.js';
 import { type AdminIdentity, checkAccess, hostName, isLoopback, settlerName, tokenDigest } from './admin-auth.js';
 import {
@@ -89,28 +88,18 @@ function refuse(code: ErrorCode, message: string): never {
   throw new OncelyError(code, message);
 }
 
-/** The admin API: its routes, and `close` for the connection it may have opened. */
-export interface AdminApi {
-  /** Mount with `http.route('/v1/admin', api.routes)`. */
-  routes: Hono;
-  close(): Promise<void>;
-}
-
 /**
- * The admin API on the host's parts. Run `migrateAdmin(db)` first (the host's migrate does): the
- * audit table must exist.
+ * The admin routes, to mount with `http.route('/v1/admin', adminRoutes(deps))`. Run
+ * `migrateAdmin(db)` first (the host's migrate does): the audit table must exist.
  */
-export function adminApi(deps: AdminDeps): AdminApi {
-  const { db, events, flows, metrics } = deps;
-  // On SQLite the host's record store writes on the Db's one connection outside its queue, where a
-  // resolve could land inside (or roll back with) a handler's open transaction: records are read
-  // and settled by an engine on a connection of its own to the same file.
-  let own: Promise<Oncely> | undefined;
-  const records = (): Promise<Oncely> => {
-    if (db.dialect !== 'sqlite' || db.target === ':memory:') return Promise.resolve(deps.once);
-    own ??= createOncely({ store: sqliteStore({ path: db.target }), tenant: 'default', metrics });
-    return own;
-  };
+export function adminRoutes(deps: AdminDeps): Hono {
+  const { db, once, events, flows, metrics } = deps;
+  // On SQLite the host's record store uses the Db's one connection outside its queue, where a
+  // resolve could land inside (or roll back with) a handler's open transaction; a second connection
+  // would wait on that transaction's lock with the event loop blocked. So records are read and
+  // settled inside a transaction of the Db's queue, where no handler's is open.
+  const onRecords = <T>(fn: (tx?: unknown) => Promise<T>): Promise<T> =>
+    db.dialect === 'sqlite' ? db.transaction((tx) => fn(tx.handle)) : fn();
   const audit = new AdminAudit(db);
   const expected = tokenDigest(deps.token);
   const maxBodyBytes = deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
@@ -217,20 +206,21 @@ export function adminApi(deps: AdminDeps): AdminApi {
 
   read('/records', 'records.list', async (req) => {
     const q = req.query(['state', 'action', 'tenant', 'olderThan', 'limit', 'cursor']);
-    const page = await (await records()).list({
+    const filters = {
       state: oneOf(q, 'state', RECORD_STATES),
       action: q.get('action'),
       tenant: q.get('tenant'),
       olderThan: olderThanOf(q),
       limit: limitOf(q),
       cursor: cursorOf(q),
-    });
+    };
+    const page = await onRecords(() => once.list(filters));
     return { records: page.records.map((r) => ({ ref: recordRef(r), ...r })), cursor: page.cursor };
   });
   read('/records/:ref', 'records.show', async (req) => {
     req.query([]);
     const id = refOf(req.c.req.param('ref') ?? '');
-    const record = await (await records()).get(id);
+    const record = await onRecords((tx) => once.get(id, { tx }));
     if (!record) refuse('NOT_FOUND', `no record ${recordRef(id)}`);
     return { ref: recordRef(id), ...record };
   });
@@ -243,8 +233,9 @@ export function adminApi(deps: AdminDeps): AdminApi {
       detail: { resolution, ...(note === undefined ? {} : { note }) },
       run: async () => {
         const by = settlerName(req.identity);
-        const once = await records();
-        const record = await once.resolve(id.action, id.key, resolution, { tenant: id.tenant, by, note });
+        const record = await onRecords((tx) =>
+          once.resolve(id.action, id.key, resolution, { tenant: id.tenant, by, note, tx }),
+        );
         return { ref: recordRef(id), ...record };
       },
     };
@@ -389,10 +380,5 @@ export function adminApi(deps: AdminDeps): AdminApi {
       error: { code: 'NOT_FOUND', message: `no admin route ${c.req.method} ${c.req.path}` },
     });
   });
-  return {
-    routes: app,
-    close: async () => {
-      if (own) await (await own).close();
-    },
-  };
+  return app;
 }

@@ -18,6 +18,7 @@ import type { Db } from '../../src/db/types.js';
 import { createOncely } from '../../src/engine/engine.js';
 import { defineFlow } from '../../src/flows/define.js';
 import { recordStoreFor } from '../../src/host/records.js';
+import { sqliteStore } from '../../src/sqlite/index.js';
 import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
 
 const TOKEN = randomBytes(24).toString('hex');
@@ -435,5 +436,67 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
     expect(stats.totals.oncely_admin_actions_total).toEqual(
       expect.arrayContaining([{ labels: { action: 'records.resolve', outcome: 'done' }, value: 1 }]),
     );
+  });
+});
+
+describe('the admin API beside an open handler transaction on SQLite', () => {
+  it('settles a record while a handler holds its transaction open; the handler commits all it wrote', async () => {
+    const [sqlite] = hostTargets();
+    const target = sqlite?.target() as string;
+    const running = await startHost(
+      target,
+      {
+        schemaSql: 'CREATE TABLE IF NOT EXISTS marks (id TEXT PRIMARY KEY, note TEXT NOT NULL)',
+        handlers: {
+          'work.slow': {
+            async handle(_input, ctx) {
+              await ctx.store.createIfAbsent('marks', { id: 'before', note: 'x' }, ['id']);
+              await sleep(600);
+              await ctx.store.createIfAbsent('marks', { id: 'after', note: 'x' }, ['id']);
+              return { ok: true };
+            },
+          },
+        },
+      },
+      { host: { adminToken: TOKEN } },
+    );
+    // A claim whose holder died ten minutes ago, planted through a connection of the test's own.
+    const records = sqliteStore({ path: target });
+    try {
+      const at = Date.now() - 600_000;
+      const id = { tenant: 'default', action: 'charge', key: 'ORD-S' };
+      await records.insertOrGet({
+        ...id,
+        state: 'in_progress',
+        fingerprint: 'f',
+        fence: 1,
+        attempts: 1,
+        leaseUntil: at + 30_000,
+        result: null,
+        traceId: 't-1',
+        createdAt: at,
+        updatedAt: at,
+        completedAt: null,
+        expiresAt: null,
+      });
+      const started = performance.now();
+      const handler = running.invoke('work.slow', {}, { 'idempotency-key': 'S-1' });
+      await sleep(150);
+      const resolved = await fetch(`${running.base}/v1/admin/records/${encodeURIComponent(recordRef(id))}/resolve`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ retry: true }),
+      });
+      expect(resolved.status).toBe(200);
+      expect(((await resolved.json()) as Json).data).toMatchObject({ state: 'released' });
+      expect((await handler).status).toBe(200);
+      // The resolve waited its turn in the Db's queue: the handler was not held up past its own 600 ms.
+      expect(performance.now() - started).toBeLessThan(2_000);
+      expect(await running.rows('SELECT id FROM marks ORDER BY id')).toEqual([{ id: 'after' }, { id: 'before' }]);
+      expect(await records.get(id)).toMatchObject({ state: 'released', settlement: { by: 'admin:token' } });
+    } finally {
+      await records.close();
+      await running.stop();
+    }
   });
 });
