@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
-import type { Duration } from '../core/duration.js';
+import type { Duration, Ttl } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { type PublicRecord, parseRecordRef, type RecordId, type RecordState, recordRef } from '../core/record.js';
 import type { ListOptions, Oncely, RecordList, Resolution } from '../engine/engine.js';
@@ -81,7 +81,7 @@ export function addRecordCommands(program: Command): void {
         tenant: id.tenant,
         by: flags.by ?? settler(),
         ...(flags.note !== undefined ? { note: flags.note } : {}),
-        ...(flags.ttl !== undefined ? { ttl: flags.ttl as Duration } : {}),
+        ...(flags.ttl !== undefined ? { ttl: flags.ttl as Ttl } : {}),
       };
       const record = await withOncely(flags, (once) => once.resolve(id.action, id.key, resolution, options));
       console.log(recordLine(record, Date.now()));
@@ -115,6 +115,8 @@ async function openStore(options: StoreOptions) {
   const { db, store, schema } = options;
   if ((db === undefined) === (store === undefined))
     throw new InvalidArgumentError('give the records as --db <sqlite path | postgres url> or --store <redis url>');
+  if (schema !== undefined && (store !== undefined || !POSTGRES_URL.test(db as string)))
+    throw new InvalidArgumentError('--schema applies to a postgres --db only');
   if (store !== undefined) {
     if (!/^rediss?:\/\//.test(store)) throw new InvalidArgumentError(`--store must be a redis:// URL, got ${store}`);
     const { redisStore } = await import('../redis/index.js');
@@ -122,7 +124,6 @@ async function openStore(options: StoreOptions) {
   }
   const target = db as string;
   if (POSTGRES_URL.test(target)) return postgresRecords(target, schema);
-  if (schema !== undefined) throw new InvalidArgumentError('--schema applies to a postgres --db only');
   // Opening a missing path would create an empty file: a typo must not leave one behind.
   if (!existsSync(target)) throw new InvalidArgumentError(`no database at ${target}`);
   const [{ default: Database }, { sqliteStore }] = await Promise.all([

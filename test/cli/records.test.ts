@@ -237,6 +237,11 @@ describe('oncely records: bad input', () => {
       [['records', 'list', '--db', path, '--store', REDIS_URL], /^oncely: give the records as --db/],
       [['records', 'list', '--db', join(dir, 'typo.db')], /^oncely: no database at .*typo\.db$/],
       [['records', 'list', '--store', 'http://localhost'], /^oncely: --store must be a redis:\/\/ URL/],
+      [
+        ['records', 'list', '--store', REDIS_URL, '--schema', 'shop'],
+        /^oncely: --schema applies to a postgres --db only$/,
+      ],
+      [['records', 'list', '--db', path, '--schema', 'shop'], /^oncely: --schema applies to a postgres --db only$/],
       [['records', 'list', '--db', path, '--limit', '0'], /^oncely: limit must be a whole number from 1 to 1000$/],
       [['records', 'list', '--db', path, '--limit', '1001'], /^oncely: limit must be a whole number from 1 to 1000$/],
       [['records', 'list', '--db', path, '--state', 'lost'], /^oncely: state must be one of /],
