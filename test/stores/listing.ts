@@ -323,17 +323,20 @@ export function describeListing(
       for (const key of ['paid', 'declined', 'again'])
         expect((await store.insertOrGet(unknown(key, { key }))).inserted).toBe(true);
 
-      const paid = await once.resolve(
-        act,
-        'paid',
-        { value: { charge: 'ch_1' } },
-        { by: 'alice', note: 'PSP ref 77', ttl: '300ms' },
-      );
-      const expected = { by: 'alice', at: expect.any(Number), answer: 'value', note: 'PSP ref 77' };
+      // Side by side, so a store that batches concurrent writes (PostgreSQL) writes settlements in one statement.
+      const [paid] = await Promise.all([
+        once.resolve(
+          act,
+          'paid',
+          { value: { charge: 'ch_1' } },
+          { by: 'alice', note: 'PSP ref 77 "quoted" {x}', ttl: '300ms' },
+        ),
+        once.resolve(act, 'declined', { error: { message: 'card declined', code: 'DECLINED' } }, { by: 'bob' }),
+        once.resolve(act, 'again', 'retry'),
+      ]);
+      const expected = { by: 'alice', at: expect.any(Number), answer: 'value', note: 'PSP ref 77 "quoted" {x}' };
       expect(paid).toMatchObject({ state: 'succeeded', settlement: expected });
       expect(paid.settlement?.at).toBeGreaterThanOrEqual(now);
-      await once.resolve(act, 'declined', { error: { message: 'card declined', code: 'DECLINED' } }, { by: 'bob' });
-      await once.resolve(act, 'again', 'retry');
 
       expect(await once.get(act, 'paid')).toMatchObject({ settlement: expected });
       expect((await store.get({ tenant: 'acme', action: act, key: 'paid' }))?.settlement).toEqual(paid.settlement);
