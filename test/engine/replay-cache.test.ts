@@ -29,6 +29,7 @@ function counted(path = join(dir, `cache-${++files}.db`)) {
       calls.get++;
       return store.get(...args);
     },
+    list: (...args) => store.list(...args),
     purgeExpired: (...args) => store.purgeExpired(...args),
     close: () => store.close(),
   };
