@@ -100,15 +100,15 @@ end
 // The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state, and a record key's member:
 // the key past '<prefix>r:', where the prefix is read off the first index key, so a client's own
 // key prefix (ioredis keyPrefix, which Redis sees in KEYS) is part of it. A run collects the
-// moves of its records (`move`: the index a record left, the one it joined) and applies them at
+// moves of its records (`move`: the index a record leaves, the one it joins) and applies them at
 // its end with one ZREM and one ZADD per index key: a call from Lua into Redis costs more than
-// the command itself, and a run holds up to 8 records. A record moved twice in one run is moved
-// once, from where it was before the run to where it ended. The index keys are written only
-// there, within the run, so the result is the same as moving each record as it is written. An
-// index key holding another type would fail those calls after the records were written (scripts
-// are not rolled back), so a write that moves a record checks its index keys first (once per
-// run, by TYPE: nothing on a replay or a renewal), and a record whose index is foreign is that
-// record's error, not written.
+// the command itself, and a run holds up to 8 records. Before a record moves a second time in one
+// run the moves so far are applied, so moves land in the order of the writes. The index keys are
+// written only there, within the run, so the result is the same as moving each record as it is
+// written. An index key holding another type would fail those calls after the records were
+// written (scripts are not rolled back), so a write that moves a record checks its index keys
+// first (once per run, by TYPE: nothing on a replay or a renewal), and a record whose index is
+// foreign is that record's error, not written.
 const INDEX = `
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
 local checked = {}
@@ -123,34 +123,28 @@ local function foreign_index(k)
   return c or nil
 end
 local after = #KEYS[1] - ${`i:${INDEXED_STATES[0]}`.length} + 3
-local moved, moves = {}, {}
-local function move(key, from, to)
-  local m = moved[key]
-  if m then m[2] = to
-  else moves[#moves + 1] = key; moved[key] = { from, to } end
-end
+local rem, add, moved = {}, {}, {}
 local function apply_moves()
-  if #moves == 0 then return end
-  local rem, add = {}, {}
-  for _, key in ipairs(moves) do
-    local m = moved[key]
-    if m[1] ~= m[2] then
-      local name = string.sub(key, after)
-      if m[1] then
-        local l = rem[m[1]] or {}
-        rem[m[1]] = l
-        l[#l + 1] = name
-      end
-      if m[2] then
-        local l = add[m[2]] or {}
-        add[m[2]] = l
-        l[#l + 1] = 0
-        l[#l + 1] = name
-      end
-    end
-  end
   for key, l in pairs(rem) do redis.call('ZREM', key, unpack(l)) end
   for key, l in pairs(add) do redis.call('ZADD', key, unpack(l)) end
+  rem, add, moved = {}, {}, {}
+end
+local function move(key, from, to)
+  -- A key moved again in this run: its earlier move lands first, so the two apply in order.
+  if moved[key] then apply_moves() end
+  moved[key] = true
+  local name = string.sub(key, after)
+  if from then
+    local l = rem[from]
+    if not l then l = {}; rem[from] = l end
+    l[#l + 1] = name
+  end
+  if to then
+    local l = add[to]
+    if not l then l = {}; add[to] = l end
+    l[#l + 1] = 0
+    l[#l + 1] = name
+  end
 end
 `;
 
