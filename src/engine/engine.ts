@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { sleep } from '../core/backoff.js';
-import { type Duration, toMs } from '../core/duration.js';
 import {
   InProgressError,
   InvalidArgumentError,
@@ -21,7 +20,6 @@ import {
   type PublicRecord,
   publicRecord,
   type RecordId,
-  type RecordState,
   type StoredRecord,
 } from '../core/record.js';
 import { endSpan, type Span, startSpan, tracingReady, withSpan } from '../core/tracing.js';
@@ -40,6 +38,15 @@ import {
   type Registered,
   reconcilePass,
 } from './reconcile.js';
+import {
+  checkNote,
+  type ListOptions,
+  listQuery,
+  type RecordList,
+  type Resolution,
+  type ResolveOptions,
+  settlementPatch,
+} from './records.js';
 
 /** Options of `createOncely`. */
 export interface OncelyOptions extends ObserveOptions {
@@ -99,47 +106,7 @@ export interface WrapOptions<I> extends ActionOptions {
   reconcile?: Reconcile;
 }
 
-/** How a person or reconciler settles an `unknown` record. */
-export type Resolution = { value: unknown } | { error: { name?: string; message: string; code?: string } } | 'retry';
-
-/** Options of `resolve`: the record's tenant, the TTL of what is stored, and who settles it. */
-export interface ResolveOptions {
-  tenant?: string;
-  ttl?: ActionOptions['ttl'];
-  /** Who settles it, kept on the record (`settlement.by`). Default 'person'. */
-  by?: string;
-  /** Free text kept with the settlement: the downstream's reference, a ticket number. */
-  note?: string;
-  /**
-   * A caller's open transaction to read and write the record in: on the host's SQLite connection,
-   * which its record store shares, a write outside the Db's transactions could land in a handler's.
-   */
-  tx?: unknown;
-}
-
-/** Filters of `list`; all given must hold. With no tenant, every tenant's records are listed. */
-export interface ListOptions {
-  state?: RecordState;
-  action?: string;
-  tenant?: string;
-  /** Only records last written at least this long ago ('10m'). */
-  olderThan?: Duration;
-  /** Most records per page, 1 to 1,000. Default 100. */
-  limit?: number;
-  /** The `cursor` of the previous page. */
-  cursor?: string;
-}
-
-/** One page of `list`; pass `cursor` back for the next, null after the last. */
-export interface RecordList {
-  records: PublicRecord[];
-  cursor: string | null;
-}
-
-const LIST_LIMIT_DEFAULT = 100;
-const LIST_LIMIT_MAX = 1_000;
-const STATES: readonly RecordState[] = ['in_progress', 'succeeded', 'failed', 'released', 'unknown'];
-const NOTE_MAX = 1_000;
+export type { ListOptions, RecordList, Resolution, ResolveOptions } from './records.js';
 
 const WAIT_POLL_MIN_MS = 10;
 const WAIT_POLL_MAX_MS = 250;
@@ -333,22 +300,7 @@ export class Oncely {
    */
   async list(options: ListOptions = {}): Promise<RecordList> {
     this.assertOpen();
-    const { state, action, tenant, olderThan, cursor } = options;
-    const limit = options.limit ?? LIST_LIMIT_DEFAULT;
-    if (!Number.isInteger(limit) || limit < 1 || limit > LIST_LIMIT_MAX)
-      throw new InvalidArgumentError(`limit must be a whole number from 1 to ${LIST_LIMIT_MAX}`);
-    if (state !== undefined && !STATES.includes(state))
-      throw new InvalidArgumentError(`state must be one of ${STATES.join(', ')}`);
-    if (cursor !== undefined && (typeof cursor !== 'string' || cursor === ''))
-      throw new OncelyError('CURSOR_INVALID', 'cursor must be the cursor of a previous page');
-    const query = {
-      limit,
-      ...(state ? { state } : {}),
-      ...(action !== undefined ? { action: validateName(action, 'action') } : {}),
-      ...(tenant !== undefined ? { tenant: validateName(tenant, 'tenant') } : {}),
-      ...(olderThan !== undefined ? { updatedBefore: Date.now() - toMs(olderThan, 'olderThan') } : {}),
-      ...(cursor ? { cursor } : {}),
-    };
+    const query = listQuery(options);
     const page = await this.call(() => this.store.list(query));
     return { records: page.records.map((record) => publicRecord(record)), cursor: page.cursor };
   }
@@ -385,40 +337,7 @@ export class Oncely {
     settler: 'person' | 'reconciler',
     tx?: unknown,
   ): Promise<PublicRecord> {
-    const by = checkSettler(options.by ?? 'person');
-    checkNote(options.note);
-    const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= Date.now();
-    if (record.state !== 'unknown' && !stalled)
-      throw new OncelyError(
-        'NOT_RESOLVABLE',
-        `record is ${record.state}; only unknown or stalled records can be resolved`,
-        {
-          record: publicRecord(record as StoredRecord),
-        },
-      );
-    const answer = resolution === 'retry' ? 'retry' : 'value' in resolution ? 'value' : 'error';
-    const settlement = { by, at: Date.now(), answer, ...(options.note ? { note: options.note } : {}) } as const;
-    let patch: RecordPatch;
-    if (resolution === 'retry') patch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt };
-    else if ('value' in resolution)
-      patch = {
-        state: 'succeeded',
-        result: encodeValue(resolution.value),
-        leaseUntil: null,
-        completedAt: 0,
-        updatedAt: 0,
-        expiresAt,
-      };
-    else
-      patch = {
-        state: 'failed',
-        result: encodeError(resolution.error),
-        leaseUntil: null,
-        completedAt: 0,
-        updatedAt: 0,
-        expiresAt,
-      };
-    patch.settlement = settlement;
+    const { patch, answer } = settlementPatch(record, resolution, options, expiresAt);
     // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
     const applied = await this.call(() => this.store.update(record, expect, patch, tx, RELATIVE));
@@ -879,12 +798,6 @@ function storeFailure(error: unknown): OncelyError {
 
 function rethrowStoreFailure(error: unknown): never {
   throw storeFailure(error);
-}
-
-/** Refuses a settlement note that is not text of at most NOTE_MAX characters (INVALID_ARGUMENT). */
-function checkNote(note: unknown): void {
-  if (note !== undefined && (typeof note !== 'string' || note.length > NOTE_MAX))
-    throw new InvalidArgumentError(`note must be text of at most ${NOTE_MAX} characters`);
 }
 
 /** An expectation that the record is still exactly as it was read: same fence, state and lease. */

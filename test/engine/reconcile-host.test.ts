@@ -203,7 +203,8 @@ describe('the reconciler beside an open handler transaction on SQLite', () => {
       const answer = await running.invoke('work.slow', {}, { 'idempotency-key': 'S-1' });
       expect(answer.status).toBe(200);
       // The passes waited their turn: the handler was not held up past its own 600 ms.
-      expect(performance.now() - started).toBeLessThan(2_000);
+      // Generous for a loaded CI: a handler shut out by the writes would run into its 30 s timeout.
+      expect(performance.now() - started).toBeLessThan(8_000);
       expect(await running.rows('SELECT id FROM marks ORDER BY id')).toEqual([{ id: 'after' }, { id: 'before' }]);
       for (let i = 0; i < 5; i++) {
         const id = { tenant: 'default', action: 'POST orders.charge', key: `ORD-${i}` };

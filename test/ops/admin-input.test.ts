@@ -171,7 +171,8 @@ describe('the admin API beside an open handler transaction on SQLite', () => {
       expect(((await resolved.json()) as Json).data).toMatchObject({ state: 'released' });
       expect((await handler).status).toBe(200);
       // The resolve waited its turn in the Db's queue: the handler was not held up past its own 600 ms.
-      expect(performance.now() - started).toBeLessThan(2_000);
+      // Generous for a loaded CI: a handler shut out by the writes would run into its 30 s timeout.
+      expect(performance.now() - started).toBeLessThan(8_000);
       expect(await running.rows('SELECT id FROM marks ORDER BY id')).toEqual([{ id: 'after' }, { id: 'before' }]);
       expect(await records.get(id)).toMatchObject({ state: 'released', settlement: { by: 'admin:token' } });
     } finally {

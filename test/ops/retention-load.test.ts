@@ -127,7 +127,8 @@ for (const database of DATABASES) {
       );
       expect(live.intakes).toBeGreaterThanOrEqual(5);
       // A few batches, plus SQLite's busy handler, whose sleeps between retries grow to 100 ms each.
-      expect(longestWait).toBeLessThan(5 * longestBatch + 250);
+      // Generous, for a loaded CI: a writer shut out for the whole purge would wait for all 90 batches.
+      expect(longestWait).toBeLessThan(10 * longestBatch + 1_000);
     }, 120_000);
   });
 }
