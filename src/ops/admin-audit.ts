@@ -4,10 +4,12 @@
  * (`started`) and finished after it (`done` or `refused`), so a crash in between leaves a row that
  * says an operator tried, rather than no trace.
  */
+
+import { encodeCursor } from '../core/cursor.js';
 import { type Migrations, migrate } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import type { AdminIdentity } from './admin-auth.js';
-import { decodeCursor, encodeCursor } from './admin-lists.js';
+import { decodeSortKey } from './admin-lists.js';
 
 /**
  * Where an audited action ended: `done`, `refused` (its state did not allow it, nothing changed),
@@ -92,7 +94,7 @@ export class AdminAudit {
 
   /** Newest first, a page at a time; pass `cursor` back for the next page, null after the last. */
   async list(limit: number, cursor?: string): Promise<{ actions: AdminAction[]; cursor: string | null }> {
-    const before = cursor === undefined ? undefined : decodeCursor(cursor, ['number'])[0];
+    const before = cursor === undefined ? undefined : decodeSortKey(cursor, ['number'])[0];
     const rows = await this.db.all<Record<string, unknown>>(
       `SELECT id, at, who, operator, action, target, outcome, detail FROM oncely_admin_actions
       ${before === undefined ? '' : 'WHERE id < ?'} ORDER BY id DESC LIMIT ?`,

@@ -4,7 +4,7 @@
  * costs its own rows however deep it is. Tables of components the database never migrated
  * (flows, agent) are listed as empty.
  */
-import { OncelyError } from '../core/errors.js';
+import { decodeCursor, encodeCursor, invalidCursor } from '../core/cursor.js';
 import type { Sql } from '../db/types.js';
 
 /** One page: its items and the cursor of the next page, null after the last. */
@@ -13,25 +13,15 @@ export interface Page<T> {
   cursor: string | null;
 }
 
-/** A cursor of `key` (the last row's sort key). */
-export function encodeCursor(key: readonly (string | number)[]): string {
-  return Buffer.from(JSON.stringify(key)).toString('base64url');
-}
-
-/** Reads a cursor back, its parts of the types given; anything else is CURSOR_INVALID. */
-export function decodeCursor(cursor: string, types: readonly ('string' | 'number')[]): (string | number)[] {
-  let key: unknown;
-  try {
-    key = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    key = undefined;
-  }
+/** Reads a cursor (of the last row's sort key) back, its parts of the types given; anything else is CURSOR_INVALID. */
+export function decodeSortKey(cursor: string, types: readonly ('string' | 'number')[]): (string | number)[] {
+  const key = decodeCursor(cursor);
   if (
     !Array.isArray(key) ||
     key.length !== types.length ||
     key.some((part, i) => typeof part !== types[i] || (typeof part === 'number' && !Number.isSafeInteger(part)))
   )
-    throw new OncelyError('CURSOR_INVALID', 'cursor must be the cursor a previous page gave');
+    throw invalidCursor();
   return key as (string | number)[];
 }
 
@@ -69,7 +59,7 @@ async function keyset(
   const values = [...query.values];
   const columns = order.map((o) => o.column);
   if (query.cursor !== undefined) {
-    const after = decodeCursor(
+    const after = decodeSortKey(
       query.cursor,
       order.map((o) => o.type),
     );
@@ -314,6 +304,6 @@ export async function listCredits(sql: Sql, options: { limit: number; cursor?: s
 
 // A cursor is still checked when there is nothing to page: a bad one is the caller's bug either way.
 function emptyPage<T>(cursor: string | undefined): Page<T> {
-  if (cursor !== undefined) decodeCursor(cursor, []);
+  if (cursor !== undefined) decodeSortKey(cursor, []);
   return { items: [], cursor: null };
 }

@@ -5,6 +5,7 @@
  * intent; a scan finds groups of more than one row, keeps them as findings, and counts each extra
  * row once as a duplicate that was not intercepted.
  */
+import { decodeCursor, encodeCursor, invalidCursor } from '../core/cursor.js';
 import { OncelyError } from '../core/errors.js';
 import { canonicalJson } from '../core/fingerprint.js';
 import type { OncelyLogger } from '../core/observer.js';
@@ -262,23 +263,18 @@ export async function listFindings(
     );
   if (table !== undefined && typeof table !== 'string')
     throw new OncelyError('INVALID_ARGUMENT', 'table must be a table name');
-  const page = findingsPage(table, limit, cursor === undefined ? null : decodeCursor(cursor));
+  const page = findingsPage(table, limit, cursor === undefined ? null : findingsPosition(cursor));
   const rows = (await db.all<FindingRow>(page.text, page.values)).map(findingOf);
   const last = rows.at(-1);
   return {
     findings: rows,
-    cursor:
-      rows.length === limit && last
-        ? Buffer.from(JSON.stringify([last.table, last.businessKey])).toString('base64url')
-        : null,
+    cursor: rows.length === limit && last ? encodeCursor([last.table, last.businessKey]) : null,
   };
 }
 
-function decodeCursor(cursor: string): [string, string] {
-  try {
-    const position = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
-    if (Array.isArray(position) && position.length === 2 && position.every((p) => typeof p === 'string'))
-      return position as [string, string];
-  } catch {}
-  throw new OncelyError('CURSOR_INVALID', 'cursor must be the cursor of a previous page of findings');
+function findingsPosition(cursor: string): [string, string] {
+  const position = decodeCursor(cursor);
+  if (Array.isArray(position) && position.length === 2 && position.every((p) => typeof p === 'string'))
+    return position as [string, string];
+  throw invalidCursor();
 }

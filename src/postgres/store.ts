@@ -1,7 +1,7 @@
 import { Batcher } from '../core/batcher.js';
+import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
-import { decodeCursor, encodeCursor } from '../core/record-cursor.js';
 import type {
   Expectation,
   InsertResult,
@@ -301,12 +301,12 @@ export class PostgresStore implements RecordStore {
   async list(query: RecordQuery): Promise<RecordPage> {
     const { limit } = query;
     if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError('limit must be a positive whole number');
-    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const after = query.cursor === undefined ? undefined : recordFromCursor(query.cursor);
     const list = sql.listRecords(this.names, query, after);
     const { rows } = await (await this.ready()).query(list.text, list.values);
     const records = rows.slice(0, limit).map((row) => sql.toRecord(row as sql.RecordRow));
     const last = records[records.length - 1];
-    return { records, cursor: rows.length > limit && last ? encodeCursor(last) : null };
+    return { records, cursor: rows.length > limit && last ? recordCursor(last) : null };
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {

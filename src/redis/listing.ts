@@ -1,4 +1,5 @@
-import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { decodeCursor, encodeCursor, invalidCursor } from '../core/cursor.js';
+import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
 import type { RecordPage, RecordQuery } from '../store.js';
 import { decodeRecord } from './codec.js';
@@ -16,13 +17,7 @@ export interface ListRequest {
 type Cursor = { i: string } | { s: string; p: string[] };
 
 const LIMIT_MAX = 1_000;
-// Above the longest cursor (a member is at most some 520 characters, see key.ts; a scan's pending
-// members are one SCAN call's overshoot, below SCAN_COUNT_MAX), so no cursor a listing gave is refused.
-const CURSOR_MAX = 1_048_576;
-const BASE64URL = /^[A-Za-z0-9_-]+$/;
 const SCAN_CURSOR = /^(0|[1-9][0-9]*)?$/;
-
-const invalid = () => new OncelyError('CURSOR_INVALID', 'cursor must be the cursor of a previous page');
 
 /** A record's member in an index: its key past `<prefix>r:` (see recordKey in codec.ts). */
 export function memberOf(id: RecordId): string {
@@ -50,22 +45,9 @@ function part(m: string, at: number): { text: string; end: number } | null {
   return { text: m.slice(start, end), end: end + 1 };
 }
 
-function encodeCursor(cursor: Cursor): string {
-  return Buffer.from(JSON.stringify(cursor)).toString('base64url');
-}
-
-function decodeCursor(text: string): Cursor {
-  if (typeof text !== 'string' || text.length > CURSOR_MAX || !BASE64URL.test(text)) throw invalid();
-  const bytes = Buffer.from(text, 'base64url');
-  // Buffer skips what is not base64url: read back, a cursor we gave is the same text.
-  if (bytes.toString('base64url') !== text) throw invalid();
-  let value: unknown;
-  try {
-    value = JSON.parse(bytes.toString('utf8'));
-  } catch {
-    throw invalid();
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalid();
+function decodeListCursor(text: string): Cursor {
+  const value = decodeCursor(text);
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalidCursor();
   const fields = Object.keys(value);
   const c = value as Record<string, unknown>;
   if (fields.length === 1 && typeof c.i === 'string' && parseMember(c.i)) return { i: c.i };
@@ -78,7 +60,7 @@ function decodeCursor(text: string): Cursor {
     (c.s !== '' || c.p.length > 0)
   )
     return { s: c.s, p: c.p as string[] };
-  throw invalid();
+  throw invalidCursor();
 }
 
 /**
@@ -92,7 +74,7 @@ export function listRequest(prefix: string, query: RecordQuery): ListRequest {
     throw new InvalidArgumentError(`redis store: limit must be a whole number from 1 to ${LIMIT_MAX}`);
   if (updatedBefore !== undefined && !Number.isFinite(updatedBefore))
     throw new InvalidArgumentError('redis store: updatedBefore must be a number of epoch ms');
-  const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+  const cursor = query.cursor === undefined ? undefined : decodeListCursor(query.cursor);
   const filters = [
     state ?? '',
     tenant === undefined ? '' : `=${tenant}`,
@@ -106,7 +88,7 @@ export function listRequest(prefix: string, query: RecordQuery): ListRequest {
       ? ''
       : `${tenant.length}:${tenant}:${action === undefined ? '' : `${action.length}:${action}:`}`;
   if (state !== undefined && (INDEXED_STATES as readonly string[]).includes(state)) {
-    if (cursor && !('i' in cursor)) throw invalid();
+    if (cursor && !('i' in cursor)) throw invalidCursor();
     const from = cursor ? `(${cursor.i}` : start ? `[${start}` : '-';
     // Every member with `start` sorts below it with its last ':' raised to ';'.
     const upper = start ? `(${start.slice(0, -1)};` : '+';
@@ -116,7 +98,7 @@ export function listRequest(prefix: string, query: RecordQuery): ListRequest {
       index: true,
     };
   }
-  if (cursor && !('s' in cursor)) throw invalid();
+  if (cursor && !('s' in cursor)) throw invalidCursor();
   const args = [LIST_SCAN.sha, '1', `${prefix}i:${INDEXED_STATES[0]}`, ...filters, cursor ? cursor.s : '0', start];
   if (cursor) for (const m of cursor.p) args.push(m);
   return { script: LIST_SCAN, args, index: false };

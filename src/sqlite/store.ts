@@ -1,9 +1,9 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type Settlement, type StoredRecord } from '../core/record.js';
-import { decodeCursor, encodeCursor } from '../core/record-cursor.js';
 import { GroupCommit } from '../db/group-commit.js';
 import type {
   Expectation,
@@ -161,7 +161,7 @@ export class SqliteStore implements RecordStore {
     const { limit } = query;
     if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError('limit must be a positive whole number');
     const s = prepared.get(this.db) ?? (await this.prepare(this.db));
-    const from = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    const from = query.cursor === undefined ? undefined : recordFromCursor(query.cursor);
     const after = from ? cursorColumns(query, from) : [];
     if (after === null) return { records: [], cursor: null };
     const shape: ListShape = {
@@ -189,7 +189,7 @@ export class SqliteStore implements RecordStore {
     });
     const records = rows.slice(0, limit).map((row) => fromRow(row) as StoredRecord);
     const last = records[records.length - 1];
-    return { records, cursor: rows.length > limit && last ? encodeCursor(last) : null };
+    return { records, cursor: rows.length > limit && last ? recordCursor(last) : null };
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {
