@@ -150,6 +150,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     schema: currentSchema,
     flows,
     afterCommit: () => relay.wake(),
+    claimIn: (write) => db.transaction((tx) => write(tx.handle)),
   });
 
   const stats = async (): Promise<HostStats> => {
