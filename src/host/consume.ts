@@ -1,6 +1,7 @@
+import { OncelyError } from '../core/errors.js';
 import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
-import type { ConsumerModule } from './app.js';
+import { type ConsumerModule, claimDeclarations } from './app.js';
 import type { HostConfig } from './config.js';
 import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
@@ -42,6 +43,9 @@ export function bindConsumer(
   const ms = timeoutMs(consumer.timeout, deps.config.timeout);
   const what = `consumer ${source}/${type}`;
   const action = consumerAction(source, type);
+  // The event queue runs a consumer inside its own transaction, where no claim can be committed first.
+  if (claimDeclarations(consumer, what).external)
+    throw new OncelyError('CONFIG_INVALID', `${what}: effects 'external' is not supported on consumers yet`);
   return {
     ordering: consumer.ordering,
     handle: async (event, tx, counts) => {

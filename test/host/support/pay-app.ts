@@ -6,8 +6,8 @@
  */
 import type { LeaseExpiredPolicy } from '../../../src/core/record.js';
 import type { HostContext } from '../../../src/host/context.js';
-import type { TestApp } from '../../support/host-app.js';
 import { charge, reconcileCharge } from '../../engine/support/downstream.js';
+import type { TestApp } from '../../support/host-app.js';
 
 /** How one host of the test app behaves. */
 export interface PayOptions {
@@ -45,11 +45,9 @@ export function payApp(options: PayOptions): TestApp {
             await hang();
           }
           if (options.holdMs) await new Promise((resolve) => setTimeout(resolve, options.holdMs));
-          const row = await ctx.store.createIfAbsent(
-            'payments',
-            { order_id: orderId, charge_id: made.chargeId },
-            ['order_id'],
-          );
+          const row = await ctx.store.createIfAbsent('payments', { order_id: orderId, charge_id: made.chargeId }, [
+            'order_id',
+          ]);
           if (!row.ok) throw new Error(row.error.message);
           return made;
         },
