@@ -79,11 +79,9 @@ export interface RunRequest<I = unknown> extends ActionOptions {
   /** A caller's open transaction to join (SQLite and PostgreSQL stores). */
   tx?: unknown;
   /**
-   * Claim first, for a function with effects outside the database (a payment gateway, a mailer):
-   * the claim, its renewals, a takeover or `unknown` mark, and a release or stored failure are each
-   * written in a transaction `claimIn` opens and commits, so the claim is committed before `fn`
-   * runs and a crash leaves it for `onLeaseExpired`. The outcome joins the transaction `fn` names
-   * with `ctx.completeIn(tx)`, committing with `fn`'s writes there. Not with `tx`.
+   * Claim first (effects outside the database): the claim, renewals, takeover, unknown mark, release
+   * or stored failure each in a transaction `claimIn` opens and commits, so a crash leaves the claim
+   * to `onLeaseExpired`; the outcome joins the transaction `fn` names with `ctx.completeIn(tx)`. Not with `tx`.
    */
   claimIn?: ClaimIn;
   /** The intent's trace id, made at the entry and the same across retries; the first claim keeps it. Default a new UUID. */
@@ -391,7 +389,9 @@ export class Oncely {
     if (request.traceId !== undefined) validateId(request.traceId, 'traceId');
     if (request.requestId !== undefined) validateId(request.requestId, 'requestId');
     if (request.claimIn !== undefined && (typeof request.claimIn !== 'function' || request.tx !== undefined))
-      throw new InvalidArgumentError('claimIn must be a function of a write, and excludes tx (the claim is committed first)');
+      throw new InvalidArgumentError(
+        'claimIn must be a function of a write, and excludes tx (the claim is committed first)',
+      );
     const observer = this.observer;
     const track = new Track(request, id.tenant);
     const tracer = observer.activeTracer;
