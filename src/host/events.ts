@@ -8,6 +8,7 @@ import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
+import type { ClaimedFirst } from './claim-first.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
 import { type Count, Totals, type TxCounts } from './totals.js';
@@ -21,7 +22,13 @@ export interface ConsumerBinding {
    * Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id);
    * `counts` counts in that transaction (the outbox messages it enqueues, the engine's run).
    */
-  handle(event: HostEvent, tx: Sql, counts: TxCounts): Promise<void>;
+  handle(event: HostEvent, tx: Sql, counts: TxCounts, claimed?: ClaimedFirst): Promise<void>;
+  /**
+   * effects 'external': claims the event's record before the queue's transaction opens, committed
+   * on its own; `handle` then gets it, and a delivery that does not complete it (a throw, a stale
+   * event, another worker's claim of the event) abandons it after that transaction ended.
+   */
+  claimFirst?(event: HostEvent): Promise<ClaimedFirst>;
   /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
 }
@@ -401,13 +408,15 @@ export class EventQueue {
     });
     // 'fenced_off': another worker claimed the event since; this delivery wrote nothing.
     let outcome = 'fenced_off' as EventOutcome | 'fenced_off';
+    let claimed: ClaimedFirst | undefined;
     try {
+      claimed = await binding.claimFirst?.(event);
       await withSpan(span, () =>
         this.totals.transaction(async (tx, counts) => {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const applied = await this.apply(binding, event, tx, counts);
+          const applied = await this.apply(binding, event, tx, counts, claimed);
           await this.work.complete(tx, claim, applied, { last_error: null });
           await counts.count('oncely_events_total', [event.source, event.type, applied]);
           if (binding.ordering) await counts.count('oncely_events_ordered_total', [event.source, event.type]);
@@ -415,10 +424,14 @@ export class EventQueue {
         }),
       );
     } catch (error) {
+      // After the rollback: a claim-first record is released (or its failure stored) on its own.
+      if (claimed?.kind === 'claimed') await claimed.abandon(error);
       const dead = this.work.plan(claim).dead;
       endSpan(span, { 'oncely.outcome': dead ? 'dead_lettered' : 'retrying' }, error);
       throw error;
     }
+    // Stale or fenced off, the consumer did not complete: its claim is released (nothing after a completion).
+    if (claimed?.kind === 'claimed') await claimed.abandon(new Error(`event ${event.id} was ${outcome}, not applied`));
     endSpan(span, { 'oncely.outcome': outcome });
     if (outcome === 'stale') this.decide({ decision: 'stale', source: event.source, type: event.type, id: event.id });
   }
@@ -429,9 +442,10 @@ export class EventQueue {
     event: HostEvent,
     tx: Sql,
     counts: TxCounts,
+    claimed: ClaimedFirst | undefined,
   ): Promise<'applied' | 'stale'> {
     if (!binding.ordering) {
-      await binding.handle(event, tx, counts);
+      await binding.handle(event, tx, counts, claimed);
       return 'applied';
     }
     const aggregate = binding.ordering.aggregate(event);
@@ -443,7 +457,7 @@ export class EventQueue {
     await run(tx, q.ensureVersion(aggregate));
     const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
     if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
-    await binding.handle(event, tx, counts);
+    await binding.handle(event, tx, counts, claimed);
     await run(tx, q.writeVersion(version, aggregate));
     return 'applied';
   }
