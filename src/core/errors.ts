@@ -5,8 +5,9 @@ import type { PublicRecord } from './record.js';
  * The README's error tables are checked against this list (test/core/errors-catalogue.test.ts).
  * `status` is what oncely answers when it answers the code itself (the HTTP middleware, the host's
  * routes). Codes that never reach a client of their own (start-up, CLI, in-process API) carry the
- * status an HTTP layer gives them, 500 unless a 4xx says more; an OncelyError a handler throws is
- * answered with its own `status`, else 500.
+ * status an HTTP layer gives them, 500 unless a 4xx says more; an OncelyError a host handler throws
+ * (its own, or one of ctx's) is answered with the `status` it carries, else its code's status here:
+ * a 4xx when the caller broke the contract, a 5xx when the server failed.
  */
 export const ERRORS = {
   // The engine
