@@ -51,6 +51,25 @@ const ADD_BODY_HASH = 'ALTER TABLE oncely_events ADD COLUMN body_hash TEXT';
 // The claim's fence: attempts alone would repeat once a replay resets them to 0.
 const ADD_FENCE = 'ALTER TABLE oncely_events ADD COLUMN fence BIGINT NOT NULL DEFAULT 0';
 
+/**
+ * The indexes of retention and the admin listing (retention-sql.ts, admin-lists.ts), so neither
+ * scans the table. The purge's are partial: a row enters them only once it finishes or dies; they
+ * lead with the status so SQLite's planner, without statistics, prefers them to the status index.
+ * The listing's are whole (newest first, of a status, of a source): its status is a bound value,
+ * which a partial index cannot match on SQLite. The status index serves the dead letters' order
+ * too, so the dead index it covers goes.
+ */
+const AGE_INDEXES = [
+  `CREATE INDEX IF NOT EXISTS oncely_events_finished ON oncely_events (status, updated_at)
+    WHERE status IN ('applied', 'stale', 'no_consumer')`,
+  `CREATE INDEX IF NOT EXISTS oncely_events_died ON oncely_events (status, updated_at)
+    WHERE status = 'dead'`,
+  'CREATE INDEX IF NOT EXISTS oncely_events_received ON oncely_events (received_at, source, event_id)',
+  'CREATE INDEX IF NOT EXISTS oncely_events_status ON oncely_events (status, received_at, source, event_id)',
+  'CREATE INDEX IF NOT EXISTS oncely_events_source ON oncely_events (source, received_at, event_id)',
+  'DROP INDEX IF EXISTS oncely_events_dead',
+];
+
 /** The event queue's versioned tables. */
 export const eventMigrations: Migrations = {
   component: 'events',
@@ -65,6 +84,7 @@ export const eventMigrations: Migrations = {
     },
     { version: 3, sqlite: ADD_FENCE, postgres: ADD_FENCE },
     { version: 4, sqlite: intoTotals('sqlite'), postgres: intoTotals('postgres') },
+    { version: 5, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
   ],
 };
 
