@@ -1,6 +1,7 @@
+import { OncelyError } from '../core/errors.js';
 import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
-import type { ConsumerModule } from './app.js';
+import { type ConsumerModule, requiresWithinMs } from './app.js';
 import type { HostConfig } from './config.js';
 import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
@@ -42,8 +43,26 @@ export function bindConsumer(
   const ms = timeoutMs(consumer.timeout, deps.config.timeout);
   const what = `consumer ${source}/${type}`;
   const action = consumerAction(source, type);
+  const { requires } = consumer;
   return {
     ordering: consumer.ordering,
+    // Under the consumer's timeout too: a prerequisite that hangs must not hold the event's lock.
+    requires: requires && {
+      withinMs: requiresWithinMs(consumer, what),
+      holds: async (event, tx) => {
+        if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
+        const held = await withinTimeout(tx, ms, `requires of ${what}`, async (guarded) => {
+          const { get, find } = createDataStore(guarded, schema());
+          return requires.call(consumer, event, { store: { get, find } });
+        });
+        if (typeof held !== 'boolean')
+          throw new OncelyError(
+            'INVALID_ARGUMENT',
+            `requires of ${what} must answer true or false, not ${typeof held}`,
+          );
+        return held;
+      },
+    },
     handle: async (event, tx, counts) => {
       if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
       await once.run(

@@ -24,6 +24,21 @@ export interface ConsumerBinding {
   handle(event: HostEvent, tx: Sql, counts: TxCounts): Promise<void>;
   /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
+  /**
+   * The consumer's prerequisite, checked in the processing transaction before it runs: false keeps
+   * the event `waiting` (re-checked with backoff, no attempt used) until it holds, or until
+   * `withinMs` from its receipt (or replay) passed, when it is dead-lettered.
+   */
+  requires?: { holds(event: HostEvent, tx: Sql): Promise<boolean>; withinMs: number };
+}
+
+/** Why an event waits instead of being delivered now, and when it stops waiting for good. */
+interface Wait {
+  reason: string;
+  /** The aggregate and version an ordered event waits with, so later versions wait behind it. */
+  order: { aggregate: string; version: number } | undefined;
+  /** Past this, a wait for the prerequisite is a dead letter; a wait behind an earlier version has none. */
+  deadline?: number;
 }
 
 /** Options of an EventQueue; every duration is in milliseconds. */
@@ -63,7 +78,10 @@ const OUTCOMES: readonly EventOutcome[] = [
   'retrying',
   'dead_lettered',
   'replayed_from_dead_letter',
+  'deferred',
 ];
+// A claim counts an attempt; a wait is not one, so a deferral takes it back.
+const UNCOUNTED = { sql: 'attempts - 1' };
 const MAX_ERROR_LENGTH = 2_000;
 
 const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
@@ -85,6 +103,8 @@ export { backoffDelay };
  */
 export class EventQueue {
   private readonly maxAttempts: number;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
   private readonly work: WorkQueue<q.ClaimedRow>;
   private readonly batchSize: number;
   private readonly pollMs: number;
@@ -103,12 +123,14 @@ export class EventQueue {
     private readonly options: EventQueueOptions,
   ) {
     this.maxAttempts = positive(options.maxAttempts ?? 8, 'maxAttempts');
+    this.baseDelayMs = positive(options.baseDelayMs ?? 500, 'baseDelayMs');
+    this.maxDelayMs = positive(options.maxDelayMs ?? 60_000, 'maxDelayMs');
     // No renewals: the processing transaction's row lock (PostgreSQL) or write lock (SQLite) keeps
     // other workers off an event for as long as its consumer runs, and a renewal would wait on it.
     this.work = new WorkQueue(db, q.EVENT_WORK, {
       maxAttempts: this.maxAttempts,
-      baseDelayMs: positive(options.baseDelayMs ?? 500, 'baseDelayMs'),
-      maxDelayMs: positive(options.maxDelayMs ?? 60_000, 'maxDelayMs'),
+      baseDelayMs: this.baseDelayMs,
+      maxDelayMs: this.maxDelayMs,
       leaseMs: positive(options.leaseMs ?? 30_000, 'leaseMs'),
     });
     this.batchSize = positive(options.batchSize ?? 16, 'batchSize');
@@ -251,7 +273,8 @@ export class EventQueue {
 
   /**
    * Processes events until none is pending or processing (waiting out retries and leases of other
-   * workers), for tests and demos. Throws DRAIN_TIMEOUT if some still are after `timeoutMs`.
+   * workers), for tests and demos; `waiting` events due are checked, the rest are not waited for.
+   * Throws DRAIN_TIMEOUT if some still are after `timeoutMs`.
    */
   async drain(timeoutMs = 30_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
@@ -401,17 +424,30 @@ export class EventQueue {
     });
     // 'fenced_off': another worker claimed the event since; this delivery wrote nothing.
     let outcome = 'fenced_off' as EventOutcome | 'fenced_off';
+    let wait: { nextAt: number; reason: string } | undefined;
+    let woke = false;
     try {
       await withSpan(span, () =>
         this.totals.transaction(async (tx, counts) => {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const applied = await this.apply(binding, event, tx, counts);
-          await this.work.complete(tx, claim, applied, { last_error: null });
-          await counts.count('oncely_events_total', [event.source, event.type, applied]);
+          const result = await this.apply(binding, event, claim, tx, counts);
+          if ('reason' in result) {
+            const deferred = await this.defer(tx, claim, result);
+            await counts.count('oncely_events_total', [event.source, event.type, deferred.outcome]);
+            outcome = deferred.outcome;
+            if (deferred.outcome === 'deferred') wait = { nextAt: deferred.nextAt, reason: result.reason };
+            else wait = { nextAt: 0, reason: deferred.error };
+            return;
+          }
+          // Settled: it no longer holds back later versions of its aggregate.
+          const cleared = claim.row.wait_aggregate === null ? {} : { wait_aggregate: null, wait_version: null };
+          await this.work.complete(tx, claim, result.outcome, { last_error: null, ...cleared });
+          await counts.count('oncely_events_total', [event.source, event.type, result.outcome]);
           if (binding.ordering) await counts.count('oncely_events_ordered_total', [event.source, event.type]);
-          outcome = applied;
+          outcome = result.outcome;
+          woke = result.woke;
         }),
       );
     } catch (error) {
@@ -420,19 +456,74 @@ export class EventQueue {
       throw error;
     }
     endSpan(span, { 'oncely.outcome': outcome });
-    if (outcome === 'stale') this.decide({ decision: 'stale', source: event.source, type: event.type, id: event.id });
+    const decided = { source: event.source, type: event.type, id: event.id };
+    if (outcome === 'stale') this.decide({ decision: 'stale', ...decided });
+    if (woke) this.wake();
+    if (!wait) return;
+    if (outcome === 'dead_lettered') {
+      this.decide({ decision: 'dead_lettered', ...decided, attempt: event.attempt, error: wait.reason });
+      this.wake();
+      return;
+    }
+    this.decide({ decision: 'deferred', ...decided, error: wait.reason });
+    setTimeout(() => this.wake(), Math.max(0, wait.nextAt - Date.now())).unref();
   }
 
-  /** Runs the consumer unless the event is stale for its aggregate; in the caller's transaction. */
+  /**
+   * Puts a claimed event back to `waiting` until its next check, without using up an attempt; or,
+   * past its deadline, dead-letters it with the reason. Either way, in the caller's transaction.
+   */
+  private async defer(
+    tx: Sql,
+    claim: Claim<q.ClaimedRow>,
+    wait: Wait,
+  ): Promise<{ outcome: 'deferred'; nextAt: number } | { outcome: 'dead_lettered'; error: string }> {
+    const now = Date.now();
+    const waits = Number(claim.row.waits) + 1;
+    if (wait.deadline !== undefined && now >= wait.deadline) {
+      const error = `${wait.reason} within requiresWithin; dead-lettered after ${waits} check(s)`;
+      await this.work.complete(tx, claim, 'dead', {
+        attempts: UNCOUNTED,
+        next_attempt_at: now,
+        last_error: error,
+        wait_aggregate: null,
+        wait_version: null,
+      });
+      // What waited behind it waits no more.
+      if (wait.order) await run(tx, q.wakeLater(wait.order.aggregate, wait.order.version, now));
+      return { outcome: 'dead_lettered', error };
+    }
+    let nextAt = now + backoffDelay(waits, this.baseDelayMs, this.maxDelayMs);
+    // Checked once more at the deadline, so the dead letter comes on time.
+    if (wait.deadline !== undefined) nextAt = Math.min(nextAt, wait.deadline);
+    await this.work.complete(tx, claim, 'waiting', {
+      attempts: UNCOUNTED,
+      waits,
+      next_attempt_at: nextAt,
+      last_error: `waiting: ${wait.reason}`,
+      wait_aggregate: wait.order?.aggregate ?? null,
+      wait_version: wait.order?.version ?? null,
+    });
+    return { outcome: 'deferred', nextAt };
+  }
+
+  /**
+   * Runs the consumer unless the event is stale for its aggregate, or must wait (behind an earlier
+   * version of its aggregate that waits, or for its prerequisite); in the caller's transaction.
+   * `woke`: waiting later versions of its aggregate were made due.
+   */
   private async apply(
     binding: ConsumerBinding,
     event: HostEvent,
+    claim: Claim<q.ClaimedRow>,
     tx: Sql,
     counts: TxCounts,
-  ): Promise<'applied' | 'stale'> {
+  ): Promise<{ outcome: 'applied' | 'stale'; woke: boolean } | Wait> {
     if (!binding.ordering) {
+      const wait = await this.unmet(binding, event, claim, tx, undefined);
+      if (wait) return wait;
       await binding.handle(event, tx, counts);
-      return 'applied';
+      return { outcome: 'applied', woke: false };
     }
     const aggregate = binding.ordering.aggregate(event);
     const version = binding.ordering.version(event);
@@ -441,11 +532,37 @@ export class EventQueue {
     if (!Number.isSafeInteger(version))
       throw new OncelyError('INVALID_ARGUMENT', `ordering.version() of ${event.type} must return an integer`);
     await run(tx, q.ensureVersion(aggregate));
+    // On PostgreSQL this locks the aggregate: its events are checked and applied one at a time.
     const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
-    if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
+    const storedVersion = stored && stored.version !== null ? Number(stored.version) : null;
+    if (storedVersion !== null && version <= storedVersion) return { outcome: 'stale', woke: false };
+    const [held] = await all<{ earliest: number | string | null; latest: number | string | null }>(
+      tx,
+      q.heldVersions(aggregate, storedVersion, event.source, event.id),
+    );
+    const order = { aggregate, version };
+    if (held?.earliest != null && Number(held.earliest) < version)
+      return { reason: `behind version ${held.earliest} of aggregate ${aggregate}, which waits`, order };
+    const wait = await this.unmet(binding, event, claim, tx, order);
+    if (wait) return wait;
     await binding.handle(event, tx, counts);
     await run(tx, q.writeVersion(version, aggregate));
-    return 'applied';
+    const woke = held?.latest != null && Number(held.latest) > version;
+    if (woke) await run(tx, q.wakeLater(aggregate, version, Date.now()));
+    return { outcome: 'applied', woke };
+  }
+
+  /** The wait of an event whose consumer's prerequisite does not hold; undefined when it holds or none is declared. */
+  private async unmet(
+    binding: ConsumerBinding,
+    event: HostEvent,
+    claim: Claim<q.ClaimedRow>,
+    tx: Sql,
+    order: Wait['order'],
+  ): Promise<Wait | undefined> {
+    if (!binding.requires || (await binding.requires.holds(event, tx))) return undefined;
+    const from = claim.row.wait_from === null ? event.receivedAt : Number(claim.row.wait_from);
+    return { reason: 'prerequisite not met', order, deadline: from + binding.requires.withinMs };
   }
 
   private async fail(claim: Claim<q.ClaimedRow>, error: unknown): Promise<void> {
