@@ -74,17 +74,16 @@ const AGE_INDEXES = [
  * Prerequisites (a consumer's `requires`): `waits` counts the checks that found it unmet (the
  * backoff's exponent: attempts count failures only), `wait_from` opens the window again on a replay
  * (null: the receipt), and an ordered event that waited keeps its aggregate and version, so a later
- * version of that aggregate waits behind it instead of overtaking. The claim's index takes waiting
- * rows too; the aggregate index holds only rows that waited.
+ * version of that aggregate waits behind it instead of overtaking. Waiting rows stay out of the
+ * claim's index (a backlog of them would be read by every claim): the due ones are made pending by
+ * `dueWaits`, on an index of their own; the aggregate index holds only rows that waited.
  */
 const WAITING = [
   'ALTER TABLE oncely_events ADD COLUMN waits INTEGER NOT NULL DEFAULT 0',
   'ALTER TABLE oncely_events ADD COLUMN wait_from BIGINT',
   'ALTER TABLE oncely_events ADD COLUMN wait_aggregate TEXT',
   'ALTER TABLE oncely_events ADD COLUMN wait_version BIGINT',
-  'DROP INDEX IF EXISTS oncely_events_open',
-  `CREATE INDEX IF NOT EXISTS oncely_events_open ON oncely_events (received_at)
-    WHERE status IN ('pending', 'processing', 'waiting')`,
+  `CREATE INDEX IF NOT EXISTS oncely_events_waiting_due ON oncely_events (next_attempt_at) WHERE status = 'waiting'`,
   `CREATE INDEX IF NOT EXISTS oncely_events_waiting ON oncely_events (wait_aggregate, wait_version)
     WHERE wait_aggregate IS NOT NULL`,
 ];
@@ -136,13 +135,22 @@ export const EVENT_WORK: WorkTable = {
 };
 
 /**
- * What a claim takes: pending events whose retry time came, waiting ones whose next check came
- * (and, by the work module, processing ones whose worker let the lease run out); the scope is the
- * open-events index's condition.
+ * What a claim takes: pending events whose retry time came (and, by the work module, processing
+ * ones whose worker let the lease run out); the scope is the open-events index's condition.
  */
 export const claimable = (now: number): ClaimScope => ({
-  scope: { text: "status IN ('pending', 'processing', 'waiting')", values: [] },
-  ready: { text: "status IN ('pending', 'waiting') AND next_attempt_at <= ?", values: [now] },
+  scope: { text: "status IN ('pending', 'processing')", values: [] },
+  ready: { text: "status = 'pending' AND next_attempt_at <= ?", values: [now] },
+});
+
+/**
+ * Waiting events whose next check came, made pending so a claim takes them. SQLite is told the
+ * index: without statistics its planner takes the status index and reads every waiting row.
+ */
+export const dueWaits = (dialect: Dialect, now: number): Statement => ({
+  text: `UPDATE oncely_events${dialect === 'sqlite' ? ' INDEXED BY oncely_events_waiting_due' : ''}
+  SET status = 'pending' WHERE status = 'waiting' AND next_attempt_at <= ?`,
+  values: [now],
 });
 
 /** Stores an event unless (source, event_id) is stored; `now` is when it is received and due. */
@@ -231,11 +239,11 @@ export const heldVersions = (aggregate: string, stored: number | null, source: s
   values: [aggregate, stored ?? Number.MIN_SAFE_INTEGER, source, eventId],
 });
 
-/** Makes the waiting events of `aggregate` newer than `version` due now: what they waited behind has settled. */
+/** Makes the waiting events of `aggregate` newer than `version` pending now: what they waited behind has settled. */
 export const wakeLater = (aggregate: string, version: number, now: number): Statement => ({
-  text: `UPDATE oncely_events SET next_attempt_at = ?
-  WHERE wait_aggregate = ? AND wait_version > ? AND status = 'waiting' AND next_attempt_at > ?`,
-  values: [now, aggregate, version, now],
+  text: `UPDATE oncely_events SET status = 'pending', next_attempt_at = ?
+  WHERE wait_aggregate = ? AND wait_version > ? AND status = 'waiting'`,
+  values: [now, aggregate, version],
 });
 
 /** An event that used up its attempts. `id` is `<source>/<eventId>` (a source never contains "/"). */

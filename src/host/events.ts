@@ -117,6 +117,8 @@ export class EventQueue {
   private stopping = false;
   private wakeUp: (() => void) | undefined;
   private woken = false;
+  // When waiting events are next looked for: at most once a poll, or at once when one is due here.
+  private promoteAt = 0;
 
   constructor(
     private readonly db: Db,
@@ -279,6 +281,7 @@ export class EventQueue {
   async drain(timeoutMs = 30_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
+      this.promoteAt = 0;
       const claimed = await this.claimAndProcess(this.batchSize);
       await Promise.allSettled([...this.inFlight]);
       if (claimed > 0) continue;
@@ -372,7 +375,12 @@ export class EventQueue {
 
   /** Claims up to n due events and starts processing them; returns how many it claimed. */
   private async claimAndProcess(n: number): Promise<number> {
-    const rows = await this.work.claim(n, q.claimable(Date.now()));
+    const now = Date.now();
+    if (now >= this.promoteAt) {
+      this.promoteAt = now + this.pollMs;
+      await run(this.db, q.dueWaits(this.db.dialect, now));
+    }
+    const rows = await this.work.claim(n, q.claimable(now));
     // One statement claimed them; its RETURNING order is not the claim's ORDER BY.
     rows.sort((a, b) => Number(a.row.received_at) - Number(b.row.received_at));
     for (const row of rows) {
@@ -466,7 +474,13 @@ export class EventQueue {
       return;
     }
     this.decide({ decision: 'deferred', ...decided, error: wait.reason });
-    setTimeout(() => this.wake(), Math.max(0, wait.nextAt - Date.now())).unref();
+    setTimeout(
+      () => {
+        this.promoteAt = 0;
+        this.wake();
+      },
+      Math.max(0, wait.nextAt - Date.now()),
+    ).unref();
   }
 
   /**
