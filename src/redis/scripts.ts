@@ -41,11 +41,14 @@ export const TAG = 'o1|';
 export const SETTLED_TAG = 'o2|';
 
 /**
- * The states with an index: a sorted set per state, `<prefix>i:<state>`, whose members (all of
- * score 0, so they sort by bytes) are the record keys without `<prefix>r:`. Operators look for
- * exactly these records (waiting for a person, stalled), and they are few beside the finished
- * ones, so listing them reads the index, never the keyspace. Every script that writes a record
- * takes both index keys first in KEYS, in this order, and keeps them exact in the same run.
+ * The states with an index: a set per state, `<prefix>i:<state>`, whose members are the record
+ * keys (`<prefix>r:...`, see recordKey in codec.ts). Operators look for exactly these records (waiting for a person,
+ * stalled), and they are few beside the finished ones, so listing them reads the index, never the
+ * keyspace. A set, not a sorted set: SADD and SREM on a hashtable cost Redis about a fifth of
+ * ZADD and ZREM on a small sorted set (a listpack, searched and shifted byte by byte), and a claim
+ * and its completion pay that on every first execution; listing pages by SSCAN instead of by key
+ * order. Every script that writes a record takes both index keys first in KEYS, in this order,
+ * and keeps them exact in the same run.
  */
 export const INDEXED_STATES = ['in_progress', 'unknown'] as const;
 /** How many index keys come before the record keys in the KEYS of INSERT, INSERT_GIVEN and UPDATE. */
@@ -97,54 +100,38 @@ local function ours(value)
 end
 `;
 
-// The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state, and a record key's member:
-// the key past '<prefix>r:', where the prefix is read off the first index key, so a client's own
-// key prefix (ioredis keyPrefix, which Redis sees in KEYS) is part of it. A run collects the
-// moves of its records (`move`: the index a record leaves, the one it joins) and applies them at
-// its end with one ZREM and one ZADD per index key: a call from Lua into Redis costs more than
-// the command itself, and a run holds up to 8 records. Before a record moves a second time in one
-// run the moves so far are applied, so moves land in the order of the writes. The index keys are
-// written only there, within the run, so the result is the same as moving each record as it is
-// written. An index key holding another type would fail those calls after the records were
-// written (scripts are not rolled back), so a write that moves a record checks its index keys
-// first (once per run, by TYPE: nothing on a replay or a renewal), and a record whose index is
-// foreign is that record's error, not written.
+// The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state. A member is the record's
+// key itself, as Redis sees it (a client's own key prefix included), so indexing a record makes
+// no new string. A run collects the members to add and to remove per index key and applies them
+// at its end, one SADD and one SREM per index key: a call from Lua into Redis costs more than the
+// command itself, and a run holds up to 8 records. An index key holding another type would fail
+// those calls after the records were written (scripts are not rolled back), so a write that moves
+// a record checks its index keys first (once per run, by TYPE: nothing on a replay or a renewal),
+// and a record whose index is foreign is that record's error, not written. This is the hot path
+// of every first execution: measured, the bookkeeping of a table per record cost Redis more than
+// the set commands, so there is none (see UPDATE for the one case that needs order).
 const INDEX = `
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
 local checked = {}
 local function foreign_index(k)
-  if k == nil or k == false then return nil end
+  if not k then return nil end
   local c = checked[k]
   if c == nil then
     local t = redis.call('TYPE', k).ok
-    c = t ~= 'zset' and t ~= 'none' and { err = 'the value at ' .. k .. ' is not an oncely index' }
+    c = t ~= 'set' and t ~= 'none' and { err = 'the value at ' .. k .. ' is not an oncely index' }
     checked[k] = c
   end
   return c or nil
 end
-local after = #KEYS[1] - ${`i:${INDEXED_STATES[0]}`.length} + 3
-local rem, add, moved = {}, {}, {}
-local function apply_moves()
-  for key, l in pairs(rem) do redis.call('ZREM', key, unpack(l)) end
-  for key, l in pairs(add) do redis.call('ZADD', key, unpack(l)) end
-  rem, add, moved = {}, {}, {}
+local adds, rems = {}, {}
+local function push(lists, k, key)
+  local l = lists[k]
+  if l then l[#l + 1] = key else lists[k] = { key } end
 end
-local function move(key, from, to)
-  -- A key moved again in this run: its earlier move lands first, so the two apply in order.
-  if moved[key] then apply_moves() end
-  moved[key] = true
-  local name = string.sub(key, after)
-  if from then
-    local l = rem[from]
-    if not l then l = {}; rem[from] = l end
-    l[#l + 1] = name
-  end
-  if to then
-    local l = add[to]
-    if not l then l = {}; add[to] = l end
-    l[#l + 1] = 0
-    l[#l + 1] = name
-  end
+local function apply_moves()
+  for k, l in pairs(rems) do redis.call('SREM', k, unpack(l)) end
+  for k, l in pairs(adds) do redis.call('SADD', k, unpack(l)) end
+  adds, rems = {}, {}
 end
 `;
 
@@ -175,7 +162,7 @@ end
  * which is read and printed once per run (times, fence), and each value is that shape's string
  * joined with the record's texts. It is written with one `SET key value NX GET [PXAT at]`,
  * which answers the existing value instead when the key is taken (and then writes nothing); an
- * in_progress or unknown record inserted joins its state's index (one ZADD per run).
+ * in_progress or unknown record inserted joins its state's index (one SADD per run).
  * A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
  * record that expired leaves nothing behind, and the key's next claim must still outrank every
  * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
@@ -226,7 +213,7 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
       out[i] = refused
     else
       out[i] = s[2]
-      if s[5] then move(key, nil, s[5]) end
+      if s[5] then push(adds, s[5], key) end
     end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
@@ -262,7 +249,7 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
       out[i] = refused
     else
       out[i] = 0
-      if to then move(key, nil, to) end
+      if to then push(adds, to, key) end
     end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
@@ -296,6 +283,18 @@ return out
  *   from), 0 when the record is missing or did not match, or an error (a foreign value).
  */
 export const UPDATE = script(`${CLOCK}
+-- A record moved a second time in one run: the moves so far are applied first, so the two land in
+-- the order of the writes (in_progress to unknown to succeeded leaves it in neither index).
+local moved = {}
+local function move(key, from, to)
+  if moved[key] then
+    apply_moves()
+    moved = {}
+  end
+  moved[key] = true
+  if from then push(rems, from, key) end
+  if to then push(adds, to, key) end
+end
 local shapes = {}
 local function shaped(shape)
   local s = shapes[shape]

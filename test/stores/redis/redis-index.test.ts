@@ -56,8 +56,12 @@ async function statesUnder(p: string): Promise<Map<string, RecordState>> {
   return out;
 }
 
+/** The members of a state's index under `p`, each as memberOf names it (the record key past `<p>r:`). */
 const members = async (p: string, state: RecordState) =>
-  ((await redis.sendCommand(['ZRANGE', `${p}i:${state}`, '0', '-1'])) as string[]).map(String);
+  ((await redis.sendCommand(['SMEMBERS', `${p}i:${state}`])) as string[]).map((key) => {
+    expect(String(key).startsWith(`${p}r:`)).toBe(true);
+    return String(key).slice(`${p}r:`.length);
+  });
 
 beforeAll(async () => {
   redis = await connectRedis();
@@ -121,7 +125,7 @@ describe('redis index of in_progress and unknown records', () => {
     const u = record({ state: 'unknown', leaseUntil: null, expiresAt: null });
     expect((await store.insertOrGet(u)).inserted).toBe(true);
     await redis.del(`${p}i:unknown`);
-    await redis.set(`${p}i:in_progress`, 'not a sorted set');
+    await redis.set(`${p}i:in_progress`, 'not a set');
     const r = record();
     const done = record({ state: 'succeeded', leaseUntil: null, result: '1' });
     // One run: the claim is refused and not written; the finished record, which joins no index, is.
@@ -194,7 +198,7 @@ describe('redis index of in_progress and unknown records', () => {
       expect(new Set(page.records.map((r) => r.key))).toEqual(new Set(unknown.map((r) => r.key)));
       expect(stats.scan ?? 0).toBe(0);
       expect(stats.get).toBe(50);
-      expect(stats.zrange).toBe(1);
+      expect(stats.sscan).toBe(1);
 
       // The same counting sees the SCAN of a listing the index cannot answer: the proof above can fail.
       await client.sendCommand(['CONFIG', 'RESETSTAT']);
@@ -206,6 +210,49 @@ describe('redis index of in_progress and unknown records', () => {
       server.stop();
     }
   }, 60_000);
+
+  it('pages small limits over SSCAN calls that answer more members than a page holds: each record once, the rest carried in the cursor', async () => {
+    const p = `${prefix}pages:`;
+    const store = redisStore({ client: redis, prefix: p });
+    const waiting = Array.from({ length: 300 }, (_, i) =>
+      record({ tenant: i % 2 ? 'acme' : 'beta', key: `u-${i}`, state: 'unknown', leaseUntil: null, expiresAt: null }),
+    );
+    await Promise.all(waiting.map((r) => store.insertOrGet(r)));
+    let carried = 0;
+    for (const [limit, tenant] of [
+      [1, undefined],
+      [7, undefined],
+      [3, 'acme'],
+    ] as const) {
+      const seen = new Set<string>();
+      let cursor: string | undefined;
+      for (let pages = 0; pages < 1_000; pages++) {
+        const page = await store.list({
+          state: 'unknown',
+          limit,
+          ...(tenant ? { tenant } : {}),
+          ...(cursor ? { cursor } : {}),
+        });
+        expect(page.records.length).toBeLessThanOrEqual(limit);
+        for (const r of page.records) {
+          expect(seen.has(r.key), r.key).toBe(false);
+          seen.add(r.key);
+        }
+        if (page.cursor === null) break;
+        cursor = page.cursor;
+        carried += (JSON.parse(Buffer.from(cursor, 'base64url').toString()) as { p: string[] }).p.length;
+      }
+      expect(seen).toEqual(new Set(waiting.filter((r) => !tenant || r.tenant === tenant).map((r) => r.key)));
+    }
+    // SSCAN answered more than the page had room for, and those records came on a later page.
+    expect(carried).toBeGreaterThan(0);
+    // A cursor of the index is no cursor of a SCAN listing, nor the other way round.
+    const first = (await store.list({ state: 'unknown', limit: 1 })).cursor as string;
+    await expect(store.list({ state: 'failed', limit: 1, cursor: first })).rejects.toMatchObject({
+      code: 'CURSOR_INVALID',
+    });
+    await store.close();
+  });
 
   it('stays exact when two processes race on the same keys, are killed with SIGKILL, and two more settle them', async () => {
     const p = `${prefix}race:`;
