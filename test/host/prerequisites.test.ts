@@ -3,8 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Duration } from '../../src/core/duration.js';
+import { openDb } from '../../src/db/index.js';
 import { type ConsumerModule, loadApp } from '../../src/host/app.js';
-import type { StoredEvent } from '../../src/host/events.js';
+import * as q from '../../src/host/event-sql.js';
+import { EventQueue, type StoredEvent } from '../../src/host/events.js';
 import type { HostEvent } from '../../src/host/types.js';
 import { hostTargets, type RunningHost, sleep, startHost, type TestApp } from '../support/host-app.js';
 
@@ -115,6 +117,8 @@ const steps = (h: RunningHost, orderId: string) =>
     'SELECT id, kind, seq FROM steps WHERE order_id = ? ORDER BY seq',
     [orderId],
   );
+
+const ADMIN_TOKEN = 'prerequisites-test-token-0123456789';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => {
@@ -263,7 +267,7 @@ for (const name of ['sqlite', 'postgres'] as const)
       } finally {
         await first.stop();
       }
-      const second = await startHost(target, shop('1m', runs));
+      const second = await startHost(target, shop('1m', runs), { host: { adminToken: ADMIN_TOKEN } });
       try {
         // The new host checks it again (processing for a moment) and keeps it waiting.
         const kept = await until(
@@ -272,6 +276,13 @@ for (const name of ['sqlite', 'postgres'] as const)
           (e) => e.status === 'waiting',
         );
         expect(kept.attempts).toBe(0);
+        // The admin API lists it by its status.
+        const listed = await fetch(`${second.base}/v1/admin/events?status=waiting`, {
+          headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+        });
+        expect(listed.status).toBe(200);
+        const { data } = (await listed.json()) as { data: { events: { eventId: string; status: string }[] } };
+        expect(data.events).toEqual([expect.objectContaining({ eventId: 'payment-5', status: 'waiting' })]);
         await second.host.events.intake('shop', 'order-5', 'order.created', { orderId: 'ORD-5', version: 1 });
         expect(await status(second, 'payment-5')).toMatchObject({ status: 'applied', attempts: 1 });
         expect((await steps(second, 'ORD-5')).map((s) => s.id)).toEqual(['order-5', 'payment-5']);
@@ -281,6 +292,35 @@ for (const name of ['sqlite', 'postgres'] as const)
       }
     });
   });
+
+describe('consumer prerequisites: the statements a wait adds read their indexes', () => {
+  for (const name of ['sqlite', 'postgres'] as const)
+    it(`on ${name}`, async () => {
+      const target = hostTargets().find((t) => t.name === name);
+      if (!target) throw new Error(name);
+      cleanups.push(target.cleanup);
+      const db = await openDb(target.target(), { poolSize: 2 });
+      try {
+        await new EventQueue(db, { consumerFor: () => undefined }).migrate();
+        const plan = async (s: { text: string; values: unknown[] }) =>
+          db.transaction(async (tx) => {
+            // A fresh table is small enough for PostgreSQL to scan it: this asks whether the index can serve.
+            if (tx.dialect === 'postgres') await tx.run('SET LOCAL enable_seqscan = off');
+            const rows = await tx.all<Record<string, unknown>>(
+              `${tx.dialect === 'sqlite' ? 'EXPLAIN QUERY PLAN' : 'EXPLAIN'} ${s.text}`,
+              s.values,
+            );
+            return rows.map((r) => String(r.detail ?? r['QUERY PLAN'])).join('\n');
+          });
+        const now = Date.now();
+        expect(await plan(q.dueWaits(db.dialect, now))).toMatch(/oncely_events_waiting_due/);
+        expect(await plan(q.heldVersions('ORD-1', 1, 'shop', 'e-1'))).toMatch(/oncely_events_waiting\b/);
+        expect(await plan(q.wakeLater('ORD-1', 1, now))).toMatch(/oncely_events_waiting\b/);
+      } finally {
+        await db.close();
+      }
+    });
+});
 
 describe('consumer prerequisites at load', () => {
   const app = (consumer: string) => {
