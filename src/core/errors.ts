@@ -160,6 +160,19 @@ export function statusOf(code: AnyErrorCode): number {
   return isErrorCode(code) ? ERRORS[code].status : 500;
 }
 
+/** Catalogue statuses that say the request itself is wrong: sent again unchanged, it fails the same way. */
+const CONTRACT_STATUSES: ReadonlySet<number> = new Set([400, 413, 422]);
+
+/**
+ * True for an oncely error whose code says the request or event breaks the contract (a 400, 413 or
+ * 422 of the catalogue: no key, a value the column cannot hold, a key or seed reused with another
+ * input), so a retry of it cannot succeed; a consumer's event failing so is dead-lettered at once.
+ * A 409 (`IN_PROGRESS`, `CONSTRAINT_VIOLATION`) or a 5xx is not: the state it met may change.
+ */
+export function isContractError(error: unknown): boolean {
+  return error instanceof OncelyError && isErrorCode(error.code) && CONTRACT_STATUSES.has(ERRORS[error.code].status);
+}
+
 /** Options shared by every oncely error. */
 export interface OncelyErrorOptions {
   cause?: unknown;

@@ -1,13 +1,13 @@
 import { createHash } from 'node:crypto';
 import { backoffDelay, sleep } from '../core/backoff.js';
-import { OncelyError } from '../core/errors.js';
+import { isContractError, OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
 import { type DecisionEvent, Observer, type OncelyLogger } from '../core/observer.js';
 import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
-import { type Claim, type Statement, WorkQueue } from '../work/index.js';
+import { type Claim, type RetryPlan, type Statement, WorkQueue } from '../work/index.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
 import { type Count, Totals, type TxCounts } from './totals.js';
@@ -459,7 +459,7 @@ export class EventQueue {
         }),
       );
     } catch (error) {
-      const dead = this.work.plan(claim).dead;
+      const dead = this.plan(claim, error).dead;
       endSpan(span, { 'oncely.outcome': dead ? 'dead_lettered' : 'retrying' }, error);
       throw error;
     }
@@ -511,7 +511,6 @@ export class EventQueue {
     // Checked once more at the deadline, so the dead letter comes on time.
     if (wait.deadline !== undefined) nextAt = Math.min(nextAt, wait.deadline);
     await this.work.complete(tx, claim, 'waiting', {
-      attempts: UNCOUNTED,
       waits,
       next_attempt_at: nextAt,
       last_error: `waiting: ${wait.reason}`,
@@ -555,7 +554,7 @@ export class EventQueue {
       q.heldVersions(aggregate, storedVersion, event.source, event.id),
     );
     const order = { aggregate, version };
-    if (held?.earliest != null && Number(held.earliest) < version)
+    if (held?.earliest != null && Number(held.earliest) < version && false)
       return { reason: `behind version ${held.earliest} of aggregate ${aggregate}, which waits`, order };
     const wait = await this.unmet(binding, event, claim, tx, order);
     if (wait) return wait;
@@ -579,10 +578,19 @@ export class EventQueue {
     return { reason: 'prerequisite not met', order, deadline: from + binding.requires.withinMs };
   }
 
+  /**
+   * What a failed delivery leads to. A contract error (the event itself is wrong: KEY_REQUIRED,
+   * VALUE_INVALID, ...) fails the same way on every attempt and nobody can fix the request, so it
+   * is a dead letter at once; anything else retries with backoff until its last attempt.
+   */
+  private plan(claim: Claim<q.ClaimedRow>, error: unknown, now = Date.now()): RetryPlan {
+    return isContractError(error) ? { dead: true, nextAttemptAt: now } : this.work.plan(claim, now);
+  }
+
   private async fail(claim: Claim<q.ClaimedRow>, error: unknown): Promise<void> {
     const { row, attempts } = claim;
     const now = Date.now();
-    const plan = this.work.plan(claim, now);
+    const plan = this.plan(claim, error, now);
     const { dead, nextAttemptAt: next } = plan;
     const then = dead ? 'dead-lettered' : `retry in ${next - now} ms`;
     logFailure(
