@@ -511,6 +511,7 @@ export class EventQueue {
     // Checked once more at the deadline, so the dead letter comes on time.
     if (wait.deadline !== undefined) nextAt = Math.min(nextAt, wait.deadline);
     await this.work.complete(tx, claim, 'waiting', {
+      attempts: UNCOUNTED,
       waits,
       next_attempt_at: nextAt,
       last_error: `waiting: ${wait.reason}`,
@@ -554,7 +555,7 @@ export class EventQueue {
       q.heldVersions(aggregate, storedVersion, event.source, event.id),
     );
     const order = { aggregate, version };
-    if (held?.earliest != null && Number(held.earliest) < version && false)
+    if (held?.earliest != null && Number(held.earliest) < version)
       return { reason: `behind version ${held.earliest} of aggregate ${aggregate}, which waits`, order };
     const wait = await this.unmet(binding, event, claim, tx, order);
     if (wait) return wait;
