@@ -177,7 +177,7 @@ for (const { name, target } of targets)
       await events.intake('jobs', `val-${name}`, 'valued', {});
       await events.intake('jobs', `f-${name}`, 'flaky', {});
       const dead = async () => (await events.deadLetters()).filter((d) => d.eventId.endsWith(`-${name}`));
-      for (let i = 0; i < 200 && (await dead()).length < 3; i++) await sleep(25);
+      for (let i = 0; i < 600 && (await dead()).length < 3; i++) await sleep(25);
       const letters = Object.fromEntries((await dead()).map((d) => [d.type, d]));
       expect(letters.versioned).toMatchObject({ attempts: 1, lastError: expect.stringContaining('INVALID_ARGUMENT') });
       expect(letters.valued).toMatchObject({ attempts: 1, lastError: expect.stringContaining('VALUE_INVALID') });
