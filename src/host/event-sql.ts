@@ -53,21 +53,23 @@ const ADD_FENCE = 'ALTER TABLE oncely_events ADD COLUMN fence BIGINT NOT NULL DE
 
 /**
  * The indexes of retention and the admin listing (retention-sql.ts, admin-lists.ts), so neither
- * scans the table. The purge's are partial: a row enters them only once it finishes or dies; they
- * lead with the status so SQLite's planner, without statistics, prefers them to the status index.
- * The listing's are whole (newest first, of a status, of a source): its status is a bound value,
- * which a partial index cannot match on SQLite. The status index serves the dead letters' order
- * too, so the dead index it covers goes.
+ * scans the table. The purge's are partial (a row enters them once it finishes or dies) and lead
+ * with the status, so SQLite's planner without statistics prefers them to other indexes on the
+ * status; the dead letters' order gets one too, replacing the dead index it covers. The listing's
+ * (newest first, of a source) are whole. No whole index leads with the status: SQLite would take it
+ * for the claim (an equality on the status, then a sort of every open event) instead of walking
+ * the open index in order; a listing of one status walks the newest-first index and skips the rest.
  */
 const AGE_INDEXES = [
   `CREATE INDEX IF NOT EXISTS oncely_events_finished ON oncely_events (status, updated_at)
     WHERE status IN ('applied', 'stale', 'no_consumer')`,
   `CREATE INDEX IF NOT EXISTS oncely_events_died ON oncely_events (status, updated_at)
     WHERE status = 'dead'`,
-  'CREATE INDEX IF NOT EXISTS oncely_events_received ON oncely_events (received_at, source, event_id)',
-  'CREATE INDEX IF NOT EXISTS oncely_events_status ON oncely_events (status, received_at, source, event_id)',
-  'CREATE INDEX IF NOT EXISTS oncely_events_source ON oncely_events (source, received_at, event_id)',
+  `CREATE INDEX IF NOT EXISTS oncely_events_dead_letters ON oncely_events (status, received_at, source, event_id)
+    WHERE status = 'dead'`,
   'DROP INDEX IF EXISTS oncely_events_dead',
+  'CREATE INDEX IF NOT EXISTS oncely_events_received ON oncely_events (received_at, source, event_id)',
+  'CREATE INDEX IF NOT EXISTS oncely_events_source ON oncely_events (source, received_at, event_id)',
 ];
 
 /**
