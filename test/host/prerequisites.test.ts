@@ -155,10 +155,13 @@ for (const name of ['sqlite', 'postgres'] as const)
         );
         // Neither ran: a check that finds the prerequisite unmet is no execution.
         expect(runs.size).toBe(0);
-        await sleep(300);
-        const refund = await event(h, 'refund-1');
-        expect(refund).toMatchObject({ status: 'waiting', attempts: 0 });
-        expect(refund.waits).toBeGreaterThanOrEqual(2);
+        // Read between checks: while one runs, the event is processing.
+        const refund = await until(
+          'refund checked again',
+          () => event(h, 'refund-1'),
+          (e) => e.status === 'waiting' && e.waits >= 2,
+        );
+        expect(refund.attempts).toBe(0);
         expect(refund.lastError).toMatch(/^waiting: /);
         await intake('order-1', 'order.created', 1);
         for (const id of ['order-1', 'payment-1', 'refund-1'])
@@ -225,7 +228,7 @@ for (const name of ['sqlite', 'postgres'] as const)
         const waiting = await until(
           'payment waits',
           () => event(h, 'payment-9'),
-          (e) => e.waits >= 3,
+          (e) => e.status === 'waiting' && e.waits >= 3,
         );
         expect(waiting).toMatchObject({ status: 'waiting', attempts: 0 });
         // Retention never takes a waiting event, however old its retention says it is.
@@ -277,12 +280,16 @@ for (const name of ['sqlite', 'postgres'] as const)
         );
         expect(kept.attempts).toBe(0);
         // The admin API lists it by its status.
-        const listed = await fetch(`${second.base}/v1/admin/events?status=waiting`, {
-          headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-        });
-        expect(listed.status).toBe(200);
-        const { data } = (await listed.json()) as { data: { events: { eventId: string; status: string }[] } };
-        expect(data.events).toEqual([expect.objectContaining({ eventId: 'payment-5', status: 'waiting' })]);
+        const listWaiting = async () => {
+          const listed = await fetch(`${second.base}/v1/admin/events?status=waiting`, {
+            headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+          });
+          expect(listed.status).toBe(200);
+          return ((await listed.json()) as { data: { events: { eventId: string; status: string }[] } }).data.events;
+        };
+        // Between two checks (during one it is processing, then pending for a moment).
+        const waiting = await until('listed waiting', listWaiting, (events) => events.length > 0);
+        expect(waiting).toEqual([expect.objectContaining({ eventId: 'payment-5', status: 'waiting' })]);
         await second.host.events.intake('shop', 'order-5', 'order.created', { orderId: 'ORD-5', version: 1 });
         expect(await status(second, 'payment-5')).toMatchObject({ status: 'applied', attempts: 1 });
         expect((await steps(second, 'ORD-5')).map((s) => s.id)).toEqual(['order-5', 'payment-5']);
