@@ -104,11 +104,14 @@ end
 // key itself, as Redis sees it (a client's own key prefix included), so indexing a record makes
 // no new string. A run collects the members to add and to remove per index key and applies them
 // at its end, one SADD and one SREM per index key: a call from Lua into Redis costs more than the
-// command itself, and a run holds up to 8 records. An index key holding another type would fail
-// those calls after the records were written (scripts are not rolled back), so a write that moves
-// a record checks its index keys first (once per run, by TYPE: nothing on a replay or a renewal),
-// and a record whose index is foreign is that record's error, not written. This is the hot path
-// of every first execution: measured, the bookkeeping of a table per record cost Redis more than
+// command itself (measured: some 2 µs each, where the SADD of 8 members takes 2.5), and a run holds
+// up to 8 records. The hot path (a claim joins in_progress, its completion leaves it) checks no
+// type first: an index key holding another type fails that SADD or SREM, after the records were
+// written (scripts are not rolled back), so the run then undoes those records (an insert is
+// deleted again, a completion's record put back as it was, expiry included) and answers each
+// with the error, not written. A write that moves a record into an index from another state's
+// (rare: a record turning unknown, a released key claimed again) checks both keys by TYPE before
+// it writes (once per run). Measured, the bookkeeping of a table per record cost Redis more than
 // the set commands, so there is none (see UPDATE for the one case that needs order).
 const INDEX = `
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
@@ -128,10 +131,35 @@ local function push(lists, k, key)
   local l = lists[k]
   if l then l[#l + 1] = key else lists[k] = { key } end
 end
-local function apply_moves()
-  for k, l in pairs(rems) do redis.call('SREM', k, unpack(l)) end
-  for k, l in pairs(adds) do redis.call('SADD', k, unpack(l)) end
-  adds, rems = {}, {}
+local function refusal(k)
+  return { err = 'the value at ' .. k .. ' is not an oncely index' }
+end
+-- The SADDs of the members collected; the members an index key of another type refused, by key,
+-- as their error (nil when none did).
+local function add_members()
+  local failed
+  for k, l in pairs(adds) do
+    if type(redis.pcall('SADD', k, unpack(l))) == 'table' then
+      failed = failed or {}
+      for _, key in ipairs(l) do failed[key] = refusal(k) end
+    end
+  end
+  adds = {}
+  return failed
+end
+`;
+
+// The inserts an index key of another type refused (add_members) are undone: each key was absent
+// before this run, so deleting it again restores it exactly, and every answer for that key in the
+// run is the error (a later copy of the key found the record just undone).
+const UNDO_INSERTS = `
+local function undo_inserts(out, failed)
+  if not failed then return end
+  for i = 1, #KEYS - ${INDEX_KEYS} do
+    local r = failed[KEYS[i + ${INDEX_KEYS}]]
+    if r then out[i] = r end
+  end
+  for key in pairs(failed) do redis.call('DEL', key) end
 end
 `;
 
@@ -178,7 +206,7 @@ end
  * Answers: per key, the fence stored (an integer) when inserted, else the existing record's
  *   string, or an error (a foreign value); then Redis's now in ms.
  */
-export const INSERT = script(`${CLOCK}
+export const INSERT = script(`${CLOCK}${UNDO_INSERTS}
 local now_us = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
 local n_us = tonumber(now_us)
 local shapes = {}
@@ -206,19 +234,12 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if s[3] then old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', s[3])
   else old = redis.pcall('SET', key, value, 'NX', 'GET') end
   if not old then
-    -- The key was absent: deleting it again undoes this insert exactly.
-    local refused = foreign_index(s[5])
-    if refused then
-      redis.call('DEL', key)
-      out[i] = refused
-    else
-      out[i] = s[2]
-      if s[5] then push(adds, s[5], key) end
-    end
+    out[i] = s[2]
+    if s[5] then push(adds, s[5], key) end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
-apply_moves()
+undo_inserts(out, add_members())
 out[#out + 1] = now
 return out
 `);
@@ -233,7 +254,7 @@ return out
  * Answers: per key, 0 when inserted, else the existing record's string, or an error (a
  *   foreign value); then Redis's now in ms.
  */
-export const INSERT_GIVEN = script(`${CLOCK}
+export const INSERT_GIVEN = script(`${CLOCK}${UNDO_INSERTS}
 local out = {}
 for i = 1, #KEYS - ${INDEX_KEYS} do
   local key = KEYS[i + ${INDEX_KEYS}]
@@ -242,19 +263,13 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if expiry == '' then old = redis.pcall('SET', key, value, 'NX', 'GET')
   else old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', expiry) end
   if not old then
+    out[i] = 0
     local to = index[string.match(value, '^o[12]|([^|]*)|')]
-    local refused = foreign_index(to)
-    if refused then
-      redis.call('DEL', key)
-      out[i] = refused
-    else
-      out[i] = 0
-      if to then push(adds, to, key) end
-    end
+    if to then push(adds, to, key) end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
-apply_moves()
+undo_inserts(out, add_members())
 out[#out + 1] = now
 return out
 `);
@@ -283,15 +298,55 @@ return out
  *   from), 0 when the record is missing or did not match, or an error (a foreign value).
  */
 export const UPDATE = script(`${CLOCK}
--- A record moved a second time in one run: the moves so far are applied first, so the two land in
--- the order of the writes (in_progress to unknown to succeeded leaves it in neither index).
-local moved = {}
-local function move(key, from, to)
-  if moved[key] then
-    apply_moves()
-    moved = {}
+-- The moves collected since the last were applied: each moved key's value before its move, and
+-- the first record (in KEYS) since then. A record moved a second time in one run has the moves so
+-- far applied first, so the two land in the order of the writes (in_progress to unknown to
+-- succeeded leaves it in neither index).
+local moved, since, current = {}, 1, 1
+local out = {}
+-- Puts a record back as it was before this run moved it: its value, and its expiry by the rule.
+local function restore(key, before)
+  local state, lease, expires = string.match(before, '^o[12]|([^|]*)|[^|]*|([^|]*)|([^|]*)|')
+  local expiry = nil
+  if state ~= 'unknown' and expires ~= '' then
+    expiry = expires
+    if state == 'in_progress' and lease ~= '' then
+      local keep = tonumber(lease) + ${LEASE_MARGIN_MS}
+      if keep > tonumber(expires) then expiry = string.format('%.0f', keep) end
+    end
   end
-  moved[key] = true
+  if expiry then redis.call('SET', key, before, 'PXAT', expiry) else redis.call('SET', key, before) end
+end
+-- The SREMs, then the SADDs (their keys checked by TYPE before the writes). A record an SREM
+-- refused (its index key of another type) is put back, and every answer for its key since the
+-- last moves is the error.
+local function apply_moves(upto)
+  local failed
+  for k, l in pairs(rems) do
+    if type(redis.pcall('SREM', k, unpack(l))) == 'table' then
+      failed = failed or {}
+      for _, key in ipairs(l) do failed[key] = refusal(k) end
+    end
+  end
+  for k, l in pairs(adds) do redis.call('SADD', k, unpack(l)) end
+  if failed then
+    for key in pairs(failed) do restore(key, moved[key]) end
+    for i = since, upto do
+      local r = failed[KEYS[i + ${INDEX_KEYS}]]
+      if r then out[i] = r end
+    end
+  end
+  adds, rems, moved, since = {}, {}, {}, upto + 1
+  return failed
+end
+-- A write that moves its record; answers an error when it may not be written: the record's earlier
+-- move in this run was refused, and it is put back, so this write was checked against a value undone.
+local function move(key, before, from, to)
+  if moved[key] then
+    local failed = apply_moves(current - 1)
+    if failed and failed[key] then return failed[key] end
+  end
+  moved[key] = before
   if from then push(rems, from, key) end
   if to then push(adds, to, key) end
 end
@@ -328,7 +383,7 @@ local function update(key, b)
     ${HEAD.join(', ')}, settlement, result = string.match(value, ${SETTLED_PATTERN})
     if not state then return foreign(key) end
   end
-  local was = state
+  local was, before = state, value
   local e = ARGV[b + 1]
   if fence ~= e and tonumber(fence) ~= tonumber(e) then return 0 end
   local s = shaped(ARGV[b + 3])
@@ -364,18 +419,21 @@ local function update(key, b)
   end
   local from, to = index[was], index[state]
   if from ~= to then
-    local refused = foreign_index(from) or foreign_index(to)
+    if to then
+      local refused = foreign_index(from) or foreign_index(to)
+      if refused then return refused end
+    end
+    local refused = move(key, before, from, to)
     if refused then return refused end
-    move(key, from, to)
   end
   if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
   return now
 end
-local out = {}
 for i = 1, #KEYS - ${INDEX_KEYS} do
+  current = i
   out[i] = update(KEYS[i + ${INDEX_KEYS}], ${UPDATE_SLOTS} * (i - 1))
 end
-apply_moves()
+apply_moves(#KEYS - ${INDEX_KEYS})
 return out
 `);
 

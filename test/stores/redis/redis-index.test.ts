@@ -146,6 +146,38 @@ describe('redis index of in_progress and unknown records', () => {
     ).not.toBeNull();
     await redis.del(`${p}i:in_progress`);
     expect((await store.insertOrGet(r)).inserted).toBe(true);
+
+    // A completion (in_progress to succeeded) checks no type first: its SREM fails, and the run puts
+    // the record back as it was, value and expiry, beside a lease renewal in the same run that applies.
+    const other = record({ tenant: 'other' });
+    expect((await store.insertOrGet(other)).inserted).toBe(true);
+    const stored = await redis.get(recordKey(p, r));
+    const expiry = Number(await redis.sendCommand(['PEXPIRETIME', recordKey(p, r)]));
+    expect(expiry).toBeGreaterThan(Date.now());
+    await redis.del(`${p}i:in_progress`);
+    await redis.set(`${p}i:in_progress`, 'not a set');
+    const done2 = { state: 'succeeded', result: '3', leaseUntil: null } as const;
+    const fence = (await store.get(r))?.fence as number;
+    const renewed = Date.now() + 50_000;
+    const [completion, renewal] = await Promise.allSettled([
+      store.update(r, { fence, states: ['in_progress'] }, done2),
+      store.update(
+        other,
+        { fence: (await store.get(other))?.fence as number, states: ['in_progress'] },
+        { leaseUntil: renewed },
+      ),
+    ]);
+    expect(completion).toMatchObject({
+      status: 'rejected',
+      reason: { message: expect.stringMatching(/not an oncely index/) },
+    });
+    expect(renewal).toMatchObject({ status: 'fulfilled', value: expect.any(Number) });
+    expect((await store.get(other))?.leaseUntil).toBe(renewed);
+    expect(await redis.get(recordKey(p, r))).toBe(stored);
+    expect(Number(await redis.sendCommand(['PEXPIRETIME', recordKey(p, r)]))).toBe(expiry);
+    await redis.del(`${p}i:in_progress`);
+    expect(await store.update(r, { fence, states: ['in_progress'] }, done2)).not.toBeNull();
+    expect((await store.get(r))?.state).toBe('succeeded');
     await store.close();
   });
 
