@@ -8,38 +8,14 @@ import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type RetryPlan, type Statement, WorkQueue } from '../work/index.js';
+import { applyEvent, type ConsumerBinding, defer } from './event-delivery.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
-import { type Count, Totals, type TxCounts } from './totals.js';
+import { type Count, Totals } from './totals.js';
 import type { EventOutcome, HostEvent } from './types.js';
 
+export type { ConsumerBinding } from './event-delivery.js';
 export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
-
-/** How the queue runs the consumer of one (source, type). */
-export interface ConsumerBinding {
-  /**
-   * Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id);
-   * `counts` counts in that transaction (the outbox messages it enqueues, the engine's run).
-   */
-  handle(event: HostEvent, tx: Sql, counts: TxCounts): Promise<void>;
-  /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
-  ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
-  /**
-   * The consumer's prerequisite, checked in the processing transaction before it runs: false keeps
-   * the event `waiting` (re-checked with backoff, no attempt used) until it holds, or until
-   * `withinMs` from its receipt (or replay) passed, when it is dead-lettered.
-   */
-  requires?: { holds(event: HostEvent, tx: Sql): Promise<boolean>; withinMs: number };
-}
-
-/** Why an event waits instead of being delivered now, and when it stops waiting for good. */
-interface Wait {
-  reason: string;
-  /** The aggregate and version an ordered event waits with, so later versions wait behind it. */
-  order: { aggregate: string; version: number } | undefined;
-  /** Past this, a wait for the prerequisite is a dead letter; a wait behind an earlier version has none. */
-  deadline?: number;
-}
 
 /** Options of an EventQueue; every duration is in milliseconds. */
 export interface EventQueueOptions {
@@ -80,8 +56,6 @@ const OUTCOMES: readonly EventOutcome[] = [
   'replayed_from_dead_letter',
   'deferred',
 ];
-// A claim counts an attempt; a wait is not one, so a deferral takes it back.
-const UNCOUNTED = { sql: 'attempts - 1' };
 const MAX_ERROR_LENGTH = 2_000;
 
 const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
@@ -440,9 +414,10 @@ export class EventQueue {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const result = await this.apply(binding, event, claim, tx, counts);
+          const result = await applyEvent(binding, event, claim, tx, counts);
           if ('reason' in result) {
-            const deferred = await this.defer(tx, claim, result);
+            const delays = { baseDelayMs: this.baseDelayMs, maxDelayMs: this.maxDelayMs };
+            const deferred = await defer(this.work, delays, tx, claim, result);
             await counts.count('oncely_events_total', [event.source, event.type, deferred.outcome]);
             outcome = deferred.outcome;
             if (deferred.outcome === 'deferred') wait = { nextAt: deferred.nextAt, reason: result.reason };
@@ -481,102 +456,6 @@ export class EventQueue {
       },
       Math.max(0, wait.nextAt - Date.now()),
     ).unref();
-  }
-
-  /**
-   * Puts a claimed event back to `waiting` until its next check, without using up an attempt; or,
-   * past its deadline, dead-letters it with the reason. Either way, in the caller's transaction.
-   */
-  private async defer(
-    tx: Sql,
-    claim: Claim<q.ClaimedRow>,
-    wait: Wait,
-  ): Promise<{ outcome: 'deferred'; nextAt: number } | { outcome: 'dead_lettered'; error: string }> {
-    const now = Date.now();
-    const waits = Number(claim.row.waits) + 1;
-    if (wait.deadline !== undefined && now >= wait.deadline) {
-      const error = `${wait.reason} within requiresWithin; dead-lettered after ${waits} check(s)`;
-      await this.work.complete(tx, claim, 'dead', {
-        attempts: UNCOUNTED,
-        next_attempt_at: now,
-        last_error: error,
-        wait_aggregate: null,
-        wait_version: null,
-      });
-      // What waited behind it waits no more.
-      if (wait.order) await run(tx, q.wakeLater(wait.order.aggregate, wait.order.version, now));
-      return { outcome: 'dead_lettered', error };
-    }
-    let nextAt = now + backoffDelay(waits, this.baseDelayMs, this.maxDelayMs);
-    // Checked once more at the deadline, so the dead letter comes on time.
-    if (wait.deadline !== undefined) nextAt = Math.min(nextAt, wait.deadline);
-    await this.work.complete(tx, claim, 'waiting', {
-      attempts: UNCOUNTED,
-      waits,
-      next_attempt_at: nextAt,
-      last_error: `waiting: ${wait.reason}`,
-      wait_aggregate: wait.order?.aggregate ?? null,
-      wait_version: wait.order?.version ?? null,
-    });
-    return { outcome: 'deferred', nextAt };
-  }
-
-  /**
-   * Runs the consumer unless the event is stale for its aggregate, or must wait (behind an earlier
-   * version of its aggregate that waits, or for its prerequisite); in the caller's transaction.
-   * `woke`: waiting later versions of its aggregate were made due.
-   */
-  private async apply(
-    binding: ConsumerBinding,
-    event: HostEvent,
-    claim: Claim<q.ClaimedRow>,
-    tx: Sql,
-    counts: TxCounts,
-  ): Promise<{ outcome: 'applied' | 'stale'; woke: boolean } | Wait> {
-    if (!binding.ordering) {
-      const wait = await this.unmet(binding, event, claim, tx, undefined);
-      if (wait) return wait;
-      await binding.handle(event, tx, counts);
-      return { outcome: 'applied', woke: false };
-    }
-    const aggregate = binding.ordering.aggregate(event);
-    const version = binding.ordering.version(event);
-    if (typeof aggregate !== 'string' || aggregate.length === 0)
-      throw new OncelyError('INVALID_ARGUMENT', `ordering.aggregate() of ${event.type} must return a non-empty string`);
-    if (!Number.isSafeInteger(version))
-      throw new OncelyError('INVALID_ARGUMENT', `ordering.version() of ${event.type} must return an integer`);
-    await run(tx, q.ensureVersion(aggregate));
-    // On PostgreSQL this locks the aggregate: its events are checked and applied one at a time.
-    const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
-    const storedVersion = stored && stored.version !== null ? Number(stored.version) : null;
-    if (storedVersion !== null && version <= storedVersion) return { outcome: 'stale', woke: false };
-    const [held] = await all<{ earliest: number | string | null; latest: number | string | null }>(
-      tx,
-      q.heldVersions(aggregate, storedVersion, event.source, event.id),
-    );
-    const order = { aggregate, version };
-    if (held?.earliest != null && Number(held.earliest) < version)
-      return { reason: `behind version ${held.earliest} of aggregate ${aggregate}, which waits`, order };
-    const wait = await this.unmet(binding, event, claim, tx, order);
-    if (wait) return wait;
-    await binding.handle(event, tx, counts);
-    await run(tx, q.writeVersion(version, aggregate));
-    const woke = held?.latest != null && Number(held.latest) > version;
-    if (woke) await run(tx, q.wakeLater(aggregate, version, Date.now()));
-    return { outcome: 'applied', woke };
-  }
-
-  /** The wait of an event whose consumer's prerequisite does not hold; undefined when it holds or none is declared. */
-  private async unmet(
-    binding: ConsumerBinding,
-    event: HostEvent,
-    claim: Claim<q.ClaimedRow>,
-    tx: Sql,
-    order: Wait['order'],
-  ): Promise<Wait | undefined> {
-    if (!binding.requires || (await binding.requires.holds(event, tx))) return undefined;
-    const from = claim.row.wait_from === null ? event.receivedAt : Number(claim.row.wait_from);
-    return { reason: 'prerequisite not met', order, deadline: from + binding.requires.withinMs };
   }
 
   /**
