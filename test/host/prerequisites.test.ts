@@ -1,99 +1,15 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { Duration } from '../../src/core/duration.js';
 import { openDb } from '../../src/db/index.js';
-import { type ConsumerModule, loadApp } from '../../src/host/app.js';
+import { loadApp } from '../../src/host/app.js';
 import * as q from '../../src/host/event-sql.js';
 import { EventQueue, type StoredEvent } from '../../src/host/events.js';
-import type { HostEvent } from '../../src/host/types.js';
-import { hostTargets, type RunningHost, sleep, startHost, type TestApp } from '../support/host-app.js';
-
-const SCHEMA = `CREATE TABLE orders (id TEXT PRIMARY KEY, paid INTEGER NOT NULL, refunded INTEGER NOT NULL);
-CREATE TABLE steps (id TEXT PRIMARY KEY, order_id TEXT NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL);
-CREATE TABLE gates (id TEXT PRIMARY KEY);`;
-
-// Every consumer orders by the order id and the event's version: what one waits for wakes it when it applies.
-const ordering = {
-  aggregate: (e: HostEvent) => (e.data as { orderId: string }).orderId,
-  version: (e: HostEvent) => (e.data as { version: number }).version,
-};
-
-/** The shop's consumers; `runs` counts each consumer's executions by event id (prerequisite checks are not runs). */
-function shop(requiresWithin: Duration, runs: Map<string, number>): TestApp {
-  const step = async (e: HostEvent, ctx: Parameters<ConsumerModule['handle']>[1], kind: string) => {
-    runs.set(e.id, (runs.get(e.id) ?? 0) + 1);
-    const { orderId } = e.data as { orderId: string };
-    const before = await ctx.store.find('steps', { orderId });
-    if (!before.ok) throw new Error(before.error.message);
-    const made = await ctx.store.createIfAbsent('steps', { id: e.id, orderId, kind, seq: before.data.length + 1 }, [
-      'id',
-    ]);
-    if (!made.ok) throw new Error(made.error.message);
-  };
-  const consumers: Record<string, ConsumerModule> = {
-    'shop/order.created': {
-      ordering,
-      async handle(e, ctx) {
-        await ctx.store.createIfAbsent(
-          'orders',
-          { id: (e.data as { orderId: string }).orderId, paid: 0, refunded: 0 },
-          ['id'],
-        );
-        await step(e, ctx, 'order');
-      },
-    },
-    'shop/payment.applied': {
-      ordering,
-      requiresWithin,
-      async requires(e, ctx) {
-        const found = await ctx.store.get('orders', { id: (e.data as { orderId: string }).orderId });
-        return found.ok && found.data !== null;
-      },
-      async handle(e, ctx) {
-        await ctx.store.update('orders', { id: (e.data as { orderId: string }).orderId }, { paid: 1 });
-        await step(e, ctx, 'payment');
-      },
-    },
-    'shop/refund.applied': {
-      ordering,
-      requiresWithin,
-      async requires(e, ctx) {
-        const found = await ctx.store.get('orders', { id: (e.data as { orderId: string }).orderId, paid: 1 });
-        return found.ok && found.data !== null;
-      },
-      async handle(e, ctx) {
-        await ctx.store.update('orders', { id: (e.data as { orderId: string }).orderId }, { refunded: 1 });
-        await step(e, ctx, 'refund');
-      },
-    },
-    // A note waits for the gate it names, if any: one that names none is ready at once.
-    'shop/order.noted': {
-      ordering,
-      requiresWithin,
-      async requires(e, ctx) {
-        const { gate } = e.data as { gate?: string };
-        if (gate === undefined) return true;
-        const found = await ctx.store.get('gates', { id: gate });
-        return found.ok && found.data !== null;
-      },
-      handle: (e, ctx) => step(e, ctx, 'note'),
-    },
-    'shop/gate.opened': {
-      ordering,
-      async handle(e, ctx) {
-        await ctx.store.createIfAbsent('gates', { id: (e.data as { gate: string }).gate }, ['id']);
-        await step(e, ctx, 'gate');
-      },
-    },
-  };
-  return {
-    schemaSql: SCHEMA,
-    consumers,
-    config: { events: { baseDelayMs: 20, maxAttempts: 2 }, retention: { events: '1ms', every: '1h' } },
-  };
-}
+import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
+import { startWorker } from '../support/spawn.js';
+import { shop } from './support/prerequisites-app.js';
 
 async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, ms = 15_000): Promise<T> {
   const deadline = Date.now() + ms;
@@ -118,6 +34,7 @@ const steps = (h: RunningHost, orderId: string) =>
     [orderId],
   );
 
+const CHILD = fileURLToPath(new URL('./support/prerequisites-child.ts', import.meta.url));
 const ADMIN_TOKEN = 'prerequisites-test-token-0123456789';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -298,6 +215,46 @@ for (const name of ['sqlite', 'postgres'] as const)
         await second.stop();
       }
     });
+
+    it('gives an event whose host was killed -9 during its prerequisite check to another host after the lease, and applies it once', async () => {
+      const target = fresh();
+      const runs = new Map<string, number>();
+      // The tables first, so the child and this process never migrate at once.
+      await (await startHost(target, shop('1m', runs))).stop();
+      const child = startWorker({ target, leaseMs: 500 }, CHILD);
+      try {
+        await child.waitFor('ready');
+        const db = await openDb(target, { poolSize: 1 });
+        try {
+          await new EventQueue(db, { consumerFor: () => undefined }).intake('shop', 'payment-7', 'payment.applied', {
+            orderId: 'ORD-7',
+            version: 2,
+          });
+        } finally {
+          await db.close();
+        }
+        await child.waitFor('checking');
+      } finally {
+        child.child.kill('SIGKILL');
+        await child.exited;
+      }
+      const h = await startHost(target, shop('1m', runs, { leaseMs: 500 }));
+      try {
+        // Taken again once the dead host's lease ran out; the crash used an attempt, the checks none.
+        const waiting = await until(
+          'payment waits on the new host',
+          () => event(h, 'payment-7'),
+          (e) => e.status === 'waiting',
+        );
+        expect(waiting.attempts).toBe(1);
+        await h.host.events.intake('shop', 'order-7', 'order.created', { orderId: 'ORD-7', version: 1 });
+        expect(await status(h, 'payment-7')).toMatchObject({ status: 'applied', attempts: 2 });
+        expect((await steps(h, 'ORD-7')).map((s) => s.id)).toEqual(['order-7', 'payment-7']);
+        expect(Object.fromEntries(runs)).toEqual({ 'order-7': 1, 'payment-7': 1 });
+      } finally {
+        await h.stop();
+      }
+    }, 30_000);
   });
 
 describe('consumer prerequisites: the statements a wait adds read their indexes', () => {
