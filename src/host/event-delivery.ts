@@ -112,6 +112,8 @@ export async function applyEvent(
   const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
   const storedVersion = stored && stored.version !== null ? Number(stored.version) : null;
   if (storedVersion !== null && version <= storedVersion) return { outcome: 'stale', woke: false };
+  // A statement of its own after the lock, not a subquery of the locking read: on PostgreSQL a read
+  // that waited for the lock still sees other rows as they were when it began.
   const [held] = await all<{ earliest: number | string | null; latest: number | string | null }>(
     tx,
     q.heldVersions(aggregate, storedVersion, event.source, event.id),
