@@ -115,18 +115,7 @@ end
 // the set commands, so there is none (see UPDATE for the one case that needs order).
 const INDEX = `
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
-local checked = {}
-local function foreign_index(k)
-  if not k then return nil end
-  local c = checked[k]
-  if c == nil then
-    local t = redis.call('TYPE', k).ok
-    c = t ~= 'set' and t ~= 'none' and { err = 'the value at ' .. k .. ' is not an oncely index' }
-    checked[k] = c
-  end
-  return c or nil
-end
-local adds, rems = {}, {}
+local adds = {}
 local function push(lists, k, key)
   local l = lists[k]
   if l then l[#l + 1] = key else lists[k] = { key } end
@@ -298,6 +287,17 @@ return out
  *   from), 0 when the record is missing or did not match, or an error (a foreign value).
  */
 export const UPDATE = script(`${CLOCK}
+local rems, checked = {}, {}
+local function foreign_index(k)
+  if not k then return nil end
+  local c = checked[k]
+  if c == nil then
+    local t = redis.call('TYPE', k).ok
+    c = t ~= 'set' and t ~= 'none' and refusal(k)
+    checked[k] = c
+  end
+  return c or nil
+end
 -- The moves collected since the last were applied: each moved key's value before its move, and
 -- the first record (in KEYS) since then. A record moved a second time in one run has the moves so
 -- far applied first, so the two land in the order of the writes (in_progress to unknown to
