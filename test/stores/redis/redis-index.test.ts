@@ -136,6 +136,19 @@ describe('redis index of in_progress and unknown records', () => {
     });
     expect(finished).toMatchObject({ status: 'fulfilled', value: { inserted: true } });
     expect(await redis.exists(recordKey(p, r))).toBe(0);
+    // The engine's claims (times relative to Redis's clock, their own script): refused the same way;
+    // the same key claimed twice at once is refused twice, never answered with the record undone.
+    const claim2 = record({ leaseUntil: 30_000, expiresAt: 60_000, createdAt: 0, updatedAt: 0 });
+    const twice = await Promise.allSettled([
+      store.insertOrGet(claim2, undefined, { relative: true }),
+      store.insertOrGet(claim2, undefined, { relative: true }),
+      store.insertOrGet({ ...done, key: 'done-relative', createdAt: 0, updatedAt: 0, completedAt: 0 }, undefined, {
+        relative: true,
+      }),
+    ]);
+    expect(twice.map((a) => a.status)).toEqual(['rejected', 'rejected', 'fulfilled']);
+    expect(await redis.exists(recordKey(p, claim2))).toBe(0);
+    expect(await redis.exists(recordKey(p, { ...done, key: 'done-relative' }))).toBe(1);
     // An update into the foreign index is refused; one between sound ones (unknown to succeeded) applies.
     await expect(
       store.update(u, { fence: 1, states: ['unknown'] }, { state: 'in_progress', leaseUntil: Date.now() + 1_000 }),
