@@ -8,7 +8,7 @@ import { agentMigrations } from '../../src/agent/tables.js';
 import { appliedVersion, type Migrations, migrate } from '../../src/db/migrate.js';
 import type { Db, Sql } from '../../src/db/types.js';
 import { flowMigrations } from '../../src/flows/tables.js';
-import { claimable, EVENT_WORK, eventMigrations } from '../../src/host/event-sql.js';
+import { claimable, EVENT_WORK, eventMigrations, readBodyHash } from '../../src/host/event-sql.js';
 import { outboxMigrations } from '../../src/host/outbox-sql.js';
 import { listApprovalRows, listCredits, listDeadLetters, listEvents, listFlowRuns } from '../../src/ops/admin-lists.js';
 import {
@@ -23,7 +23,7 @@ import {
   RESERVATIONS,
 } from '../../src/ops/retention-sql.js';
 import type { Statement } from '../../src/work/index.js';
-import { claim } from '../../src/work/sql.js';
+import { claim, settle } from '../../src/work/sql.js';
 import { type Target, targets } from '../work/support/targets.js';
 
 const COMPONENTS: readonly Migrations[] = [eventMigrations, outboxMigrations, flowMigrations, agentMigrations];
@@ -97,7 +97,7 @@ function expectIndexed(
   dialect: 'sqlite' | 'postgres',
   text: string,
   table: string,
-  { each = [], oneOf }: { each?: readonly string[]; oneOf?: readonly string[] },
+  { each = [], oneOf, sorts = false }: { each?: readonly string[]; oneOf?: readonly string[]; sorts?: boolean },
 ) {
   const where = `${table} plan:\n${text}`;
   const reads = (index: string) =>
@@ -110,7 +110,7 @@ function expectIndexed(
     // A bare SCAN reads every row; a temp B-tree for the ORDER BY sorts every match before the
     // LIMIT (one for its last term or right part only orders ties of the index's order).
     expect(text, where).not.toMatch(new RegExp(`SCAN ${table}$`, 'm'));
-    expect(text, where).not.toMatch(/TEMP B-TREE FOR ORDER BY/);
+    if (!sorts) expect(text, where).not.toMatch(/TEMP B-TREE FOR ORDER BY/);
   } else {
     expect(text, where).not.toMatch(/Seq Scan/);
     // An incremental sort only orders ties of an index's order, within the LIMIT; a Sort node reads every match.
@@ -159,6 +159,8 @@ const PAGES: {
   name: string;
   table: string;
   indexes: string[];
+  /** SQLite reads an index but sorts what it matched (the page of one source). */
+  sortsOnSqlite?: true;
   list: (sql: Sql, cursor?: string) => Promise<{ cursor: string | null }>;
 }[] = [
   {
@@ -168,9 +170,12 @@ const PAGES: {
     list: (sql, cursor) => listEvents(sql, { limit: 50, cursor }),
   },
   {
+    // SQLite takes the primary key and sorts the source's rows: no index leads with the source
+    // (PostgreSQL took it for key lookups of a source its statistics did not know).
     name: 'events of a source',
     table: 'oncely_events',
-    indexes: ['oncely_events_source', 'oncely_events_received'],
+    indexes: ['oncely_events_received', 'sqlite_autoindex_oncely_events_1'],
+    sortsOnSqlite: true,
     list: (sql, cursor) => listEvents(sql, { source: 'shop', limit: 50, cursor }),
   },
   {
@@ -184,7 +189,8 @@ const PAGES: {
   {
     name: 'events of a status and a source',
     table: 'oncely_events',
-    indexes: ['oncely_events_source', 'oncely_events_received'],
+    indexes: ['oncely_events_received', 'sqlite_autoindex_oncely_events_1'],
+    sortsOnSqlite: true,
     list: (sql, cursor) => listEvents(sql, { status: 'applied', source: 'crm', limit: 50, cursor }),
   },
   {
@@ -196,7 +202,7 @@ const PAGES: {
   {
     name: 'dead letters of a source',
     table: 'oncely_events',
-    indexes: ['oncely_events_dead_letters', 'oncely_events_source'],
+    indexes: ['oncely_events_dead_letters'],
     list: (sql, cursor) => listDeadLetters(sql, { source: 'shop', limit: 50, cursor }),
   },
   {
@@ -262,6 +268,15 @@ for (const dialect of ['sqlite', 'postgres'] as const)
         expectIndexed(dialect, await plan(db, statement), 'oncely_events', { each: ['oncely_events_open'] });
       });
 
+      it('a key lookup of an event, of a source the statistics do not know, reads the primary key', async () => {
+        const primary = dialect === 'sqlite' ? 'sqlite_autoindex_oncely_events_1' : 'oncely_events_pkey';
+        for (const statement of [
+          readBodyHash('new-source', 'evt-1'),
+          settle(EVENT_WORK, ['new-source', 'evt-1'], 1, 'applied', {}, T0),
+        ])
+          expectIndexed(dialect, await plan(db, statement), 'oncely_events', { each: [primary] });
+      });
+
       for (const page of PAGES)
         it(`a page of ${page.name}, the first and the next, reads ${page.indexes.join(' or ')}`, async () => {
           const { sql, seen } = recording(db);
@@ -270,7 +285,10 @@ for (const dialect of ['sqlite', 'postgres'] as const)
           await page.list(sql, first.cursor ?? undefined);
           expect(seen).toHaveLength(2);
           for (const statement of seen)
-            expectIndexed(dialect, await plan(db, statement), page.table, { oneOf: page.indexes });
+            expectIndexed(dialect, await plan(db, statement), page.table, {
+              oneOf: page.indexes,
+              sorts: page.sortsOnSqlite === true,
+            });
         });
     });
 
@@ -303,7 +321,8 @@ for (const dialect of ['sqlite', 'postgres'] as const)
         expect(await appliedVersion(db, component.component)).toBe(component.steps.length);
       const names = await indexNames(db);
       for (const { indexes } of purgeBatches(dialect)) for (const index of indexes) expect(names).toContain(index);
-      for (const page of PAGES) for (const index of page.indexes) expect(names).toContain(index);
+      for (const page of PAGES)
+        for (const index of page.indexes.filter((i) => i.startsWith('oncely_'))) expect(names).toContain(index);
       // The dead letters' index covers the dead-only one it replaces.
       expect(names).not.toContain('oncely_events_dead');
       for (const table of ['oncely_events', 'oncely_outbox', 'oncely_flows', 'oncely_approvals'])
