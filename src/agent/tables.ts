@@ -31,10 +31,30 @@ const FIRST_TABLES = [
   )`,
 ];
 
+/**
+ * The indexes of retention and the admin listings (retention-sql.ts, admin-lists.ts): decided
+ * approvals and settled reservations by when (partial: a row enters when it is decided or
+ * settled; led by the status, so SQLite's planner prefers them to the status index); approvals newest first, of all statuses or one (whole: the status is a bound value);
+ * and the held reservations of an account, which the credits page sums per account.
+ */
+const AGE_INDEXES = [
+  `CREATE INDEX IF NOT EXISTS oncely_approvals_decided ON oncely_approvals (status, decided_at)
+    WHERE status IN ('approved', 'rejected', 'expired')`,
+  'CREATE INDEX IF NOT EXISTS oncely_approvals_requested ON oncely_approvals (requested_at, id)',
+  'CREATE INDEX IF NOT EXISTS oncely_approvals_status ON oncely_approvals (status, requested_at, id)',
+  `CREATE INDEX IF NOT EXISTS oncely_credit_reservations_settled ON oncely_credit_reservations (status, settled_at)
+    WHERE status IN ('confirmed', 'released')`,
+  `CREATE INDEX IF NOT EXISTS oncely_credit_reservations_held ON oncely_credit_reservations (account)
+    WHERE status = 'reserved'`,
+];
+
 /** The agent's versioned tables. */
 export const agentMigrations: Migrations = {
   component: 'agent',
-  steps: [{ version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES }],
+  steps: [
+    { version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES },
+    { version: 2, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
+  ],
 };
 
 /** Creates or upgrades the agent tables; several processes may call it at once. */

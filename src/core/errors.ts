@@ -5,8 +5,9 @@ import type { PublicRecord } from './record.js';
  * The README's error tables are checked against this list (test/core/errors-catalogue.test.ts).
  * `status` is what oncely answers when it answers the code itself (the HTTP middleware, the host's
  * routes). Codes that never reach a client of their own (start-up, CLI, in-process API) carry the
- * status an HTTP layer gives them, 500 unless a 4xx says more; an OncelyError a handler throws is
- * answered with its own `status`, else 500.
+ * status an HTTP layer gives them, 500 unless a 4xx says more; an OncelyError a host handler throws
+ * (its own, or one of ctx's) is answered with the `status` it carries, else its code's status here:
+ * a 4xx when the caller broke the contract, a 5xx when the server failed.
  */
 export const ERRORS = {
   // The engine
@@ -157,6 +158,19 @@ export function isErrorCode(code: unknown): code is ErrorCode {
 /** The HTTP status of a catalogue code; 500 for any other (a replayed user code). */
 export function statusOf(code: AnyErrorCode): number {
   return isErrorCode(code) ? ERRORS[code].status : 500;
+}
+
+/** Catalogue statuses that say the request itself is wrong: sent again unchanged, it fails the same way. */
+const CONTRACT_STATUSES: ReadonlySet<number> = new Set([400, 413, 422]);
+
+/**
+ * True for an oncely error whose code says the request or event breaks the contract (a 400, 413 or
+ * 422 of the catalogue: no key, a value the column cannot hold, a key or seed reused with another
+ * input), so a retry of it cannot succeed; a consumer's event failing so is dead-lettered at once.
+ * A 409 (`IN_PROGRESS`, `CONSTRAINT_VIOLATION`) or a 5xx is not: the state it met may change.
+ */
+export function isContractError(error: unknown): boolean {
+  return error instanceof OncelyError && isErrorCode(error.code) && CONTRACT_STATUSES.has(ERRORS[error.code].status);
 }
 
 /** Options shared by every oncely error. */

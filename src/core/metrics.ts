@@ -75,7 +75,7 @@ export const METRICS = {
   },
   oncely_events_total: {
     type: 'counter',
-    help: 'Events by outcome: accepted, duplicate, conflict, applied, stale, retrying, dead_lettered, replayed_from_dead_letter',
+    help: 'Events by outcome: accepted, duplicate, conflict, applied, stale, retrying, dead_lettered, replayed_from_dead_letter, deferred (put back to waiting: prerequisite not met)',
     labels: ['source', 'type', 'outcome'],
   },
   oncely_events_ordered_total: {

@@ -46,12 +46,26 @@ const FIRST_TABLES = [
 // stalled past its lease) must not let its older run write.
 const ADD_FENCE = 'ALTER TABLE oncely_flows ADD COLUMN fence BIGINT NOT NULL DEFAULT 0';
 
+/**
+ * The indexes of retention and the admin listing (retention-sql.ts, admin-lists.ts): finished
+ * flows by their last update (partial: a flow enters it when it ends; led by the status, or SQLite's
+ * planner without statistics takes oncely_flows_due for it), and every flow newest
+ * first, of all statuses or one (whole: the listing's status is a bound value).
+ */
+const AGE_INDEXES = [
+  `CREATE INDEX IF NOT EXISTS oncely_flows_finished ON oncely_flows (status, updated_at)
+    WHERE status IN ('completed', 'failed', 'cancelled')`,
+  'CREATE INDEX IF NOT EXISTS oncely_flows_created ON oncely_flows (created_at, workflow_id)',
+  'CREATE INDEX IF NOT EXISTS oncely_flows_status ON oncely_flows (status, created_at, workflow_id)',
+];
+
 /** The flows' versioned tables. */
 export const flowMigrations: Migrations = {
   component: 'flows',
   steps: [
     { version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES },
     { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
+    { version: 3, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
   ],
 };
 

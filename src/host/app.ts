@@ -9,7 +9,7 @@ import type { Reconcile } from '../engine/reconcile.js';
 import type { AnyFlow } from '../flows/define.js';
 import type { HostConfig } from './config.js';
 import type { HostContext } from './context.js';
-import type { HostEvent } from './types.js';
+import type { DataStore, HostEvent } from './types.js';
 
 /** A Standard Schema (zod, valibot, arktype...): validated without depending on any of them. */
 export interface InputSchema {
@@ -83,6 +83,14 @@ export interface HandlerModule extends ClaimDeclarations {
   reconcile?: Reconcile;
 }
 
+/** What a consumer's `requires` gets: read access to the data store, in the transaction the consumer would run in. */
+export interface RequiresContext {
+  readonly store: Pick<DataStore, 'get' | 'find'>;
+}
+
+/** How long an event waits for its consumer's prerequisite when `requiresWithin` is not declared. */
+export const DEFAULT_REQUIRES_WITHIN = '1h';
+
 /** What a file in `consumers/<source>/<type>.ts` exports. */
 export interface ConsumerModule extends ClaimDeclarations {
   handle(event: HostEvent, ctx: HostContext): unknown;
@@ -92,6 +100,10 @@ export interface ConsumerModule extends ClaimDeclarations {
   timeout?: Duration;
   /** Asks the downstream about an unknown or stalled record of this consumer by its key, the event id. */
   reconcile?: Reconcile;
+  /** The prerequisite (e.g. "the order exists"): while it answers false the event is `waiting`, not delivered. */
+  requires?(event: HostEvent, ctx: RequiresContext): boolean | Promise<boolean>;
+  /** How long after its receipt an event may wait for `requires` before it is dead-lettered; default '1h'. */
+  requiresWithin?: Duration;
 }
 
 /** An app folder, loaded. */
@@ -133,6 +145,7 @@ export async function loadApp(folder: string): Promise<App> {
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(event, ctx)`);
     checkReconcile(module, file);
     claimDeclarations(module, file);
+    requiresWithinMs(module, file);
     consumers.set(`${source}/${type}`, module);
   }
   const flows: AnyFlow[] = [];
@@ -159,6 +172,25 @@ export async function loadApp(folder: string): Promise<App> {
 function checkReconcile(module: { reconcile?: unknown }, file: string): void {
   if (module.reconcile !== undefined && typeof module.reconcile !== 'function')
     throw new OncelyError('CONFIG_INVALID', `${file}: reconcile must be a function of the record, reconcile(record)`);
+}
+
+/**
+ * How long a consumer's events wait for its prerequisite, in ms; a `requires` that is not a function,
+ * a `requiresWithin` without one, or one that is not a positive duration is CONFIG_INVALID.
+ */
+export function requiresWithinMs(module: Pick<ConsumerModule, 'requires' | 'requiresWithin'>, where: string): number {
+  if (module.requires !== undefined && typeof module.requires !== 'function')
+    throw new OncelyError('CONFIG_INVALID', `${where}: requires must be a function, requires(event, ctx)`);
+  if (module.requiresWithin !== undefined && module.requires === undefined)
+    throw new OncelyError('CONFIG_INVALID', `${where}: requiresWithin needs a requires(event, ctx) to wait for`);
+  let ms: number;
+  try {
+    ms = toMs(module.requiresWithin ?? DEFAULT_REQUIRES_WITHIN, 'requiresWithin');
+  } catch (error) {
+    throw new OncelyError('CONFIG_INVALID', `${where}: ${(error as Error).message}`, { cause: error });
+  }
+  if (ms <= 0) throw new OncelyError('CONFIG_INVALID', `${where}: requiresWithin must be longer than 0`);
+  return ms;
 }
 
 /** [folder, name without extension, path] of the code files one level below `root`. */

@@ -1,8 +1,9 @@
+import { OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import type { ClaimIn, Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
-import { type ConsumerModule, claimDeclarations } from './app.js';
+import { type ConsumerModule, claimDeclarations, requiresWithinMs } from './app.js';
 import { claimFirst } from './claim-first.js';
 import type { HostConfig } from './config.js';
 import { hostContext } from './context.js';
@@ -50,6 +51,21 @@ export function bindConsumer(
   const what = `consumer ${source}/${type}`;
   const action = consumerAction(source, type);
   const { external, lease, onLeaseExpired, onError } = claimDeclarations(consumer, what);
+  const { requires } = consumer;
+  // Under the consumer's timeout too: a prerequisite that hangs must not hold the event's lock.
+  const prerequisite: ConsumerBinding['requires'] = requires && {
+    withinMs: requiresWithinMs(consumer, what),
+    holds: async (event, tx) => {
+      if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
+      const held = await withinTimeout(tx, ms, `requires of ${what}`, async (guarded) => {
+        const { get, find } = createDataStore(guarded, schema());
+        return requires.call(consumer, event, { store: { get, find } });
+      });
+      if (typeof held !== 'boolean')
+        throw new OncelyError('INVALID_ARGUMENT', `requires of ${what} must answer true or false, not ${typeof held}`);
+      return held;
+    },
+  };
   const run = (event: HostEvent, tx: Sql, ctx: RunContext, counts: TxCounts) =>
     withinTimeout(tx, ms, what, async (guarded) => {
       await consumer.handle(
@@ -65,6 +81,7 @@ export function bindConsumer(
   if (external)
     return {
       ordering: consumer.ordering,
+      requires: prerequisite,
       // Before the queue's transaction, committed on its own: a crash mid-call leaves the claim.
       claimFirst: (event) =>
         claimFirst(once, {
@@ -90,6 +107,7 @@ export function bindConsumer(
     };
   return {
     ordering: consumer.ordering,
+    requires: prerequisite,
     handle: async (event, tx, counts) => {
       if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
       await once.run(

@@ -17,17 +17,24 @@ export interface HostContext {
   readonly tenant: string;
   readonly traceId: string;
   readonly requestId: string;
-  /** A deterministic UUID for `scope` under this key; throws KEY_REQUIRED without a key (the host never invents one). */
+  /**
+   * A deterministic UUID for `scope` under this key. Without a key it throws KEY_REQUIRED, which the
+   * host answers 400: the caller must send an Idempotency-Key (the host never invents one).
+   */
   stableId(scope: string): string;
   /** Log lines of this execution in pino's shape, `ctx.log.info({ orderId }, 'order paid')`, tagged with its trace and request ids. */
   readonly log: OncelyLogger;
   /** Data primitives bound to this execution's transaction. */
   readonly store: DataStore;
-  /** Starts flows in this execution's transaction: they exist only if it commits. */
+  /**
+   * Starts flows in this execution's transaction: they exist only if it commits. Rejects with
+   * KEY_REQUIRED or KEY_INVALID (a seed field missing or unusable), FLOW_INPUT_MISMATCH (the seed's
+   * flow was started with another input) or FLOWS_UNAVAILABLE (the app has no flows/ folder).
+   */
   readonly flows: {
     start<I>(flow: FlowDefinition<I, unknown>, input: I): Promise<{ workflowId: string; already: boolean }>;
   };
-  /** Messages written in this execution's transaction, delivered after it commits. */
+  /** Messages written in this execution's transaction, delivered after it commits; without `id` it needs a key, as stableId. */
   readonly outbox: {
     enqueue(topic: string, payload: unknown, options?: { id?: string }): Promise<{ id: string; created: boolean }>;
   };
@@ -55,19 +62,24 @@ export function hostContext(
   const { flows, logger, count } = deps;
   const traceId = run?.traceId ?? deps.ids?.traceId ?? randomUUID();
   const requestId = run?.requestId ?? deps.ids?.requestId ?? randomUUID();
+  // A keyless request to a handler that does not require a key: ids derived from the key are the
+  // caller's contract (send Idempotency-Key), so the refusal is 400 KEY_REQUIRED, never a 500.
+  const keyed = (what: string): RunContext => {
+    if (run) return run;
+    throw new KeyRequiredError(
+      `${what} needs an idempotency key and this request had none: send the Idempotency-Key header`,
+    );
+  };
   const stableId = (scope: string) => {
-    if (!run) throw new KeyRequiredError('ctx.stableId needs an idempotency key; this request had none');
-    return stableUuid(run.tenant, run.action, run.idempotencyKey, scope);
+    const { tenant: keyTenant, action, idempotencyKey } = keyed(`ctx.stableId(${JSON.stringify(scope)})`);
+    return stableUuid(keyTenant, action, idempotencyKey, scope);
   };
   let sequence = 0;
   const line =
     (level: keyof OncelyLogger) =>
     (fields: Record<string, unknown>, message: string): void => {
       if (logger) logger[level]({ ...fields, traceId, requestId }, message);
-      else
-        process.stderr.write(
-          `${JSON.stringify({ level, time: Date.now(), traceId, requestId, message, ...fields })}\n`,
-        );
+      else process.stderr.write(`${logLine({ ...fields, level, time: Date.now(), traceId, requestId, message })}\n`);
     };
   return {
     idempotencyKey: run?.idempotencyKey,
@@ -78,7 +90,8 @@ export function hostContext(
     log: { info: line('info'), warn: line('warn'), error: line('error') },
     store,
     flows: {
-      start: (flow, input) => {
+      // async: a refusal is a rejection like the others, never a throw out of the call itself.
+      start: async (flow, input) => {
         if (!flows) throw new OncelyError('FLOWS_UNAVAILABLE', 'this app has no flows/ folder');
         return flows.start(flow, input, { tx });
       },
@@ -86,10 +99,28 @@ export function hostContext(
     outbox: {
       // The default id comes from the key and the enqueue's position, so a re-run enqueues nothing new.
       enqueue: async (topic, payload, options = {}) => {
-        const written = await enqueue(tx, options.id ?? stableId(`outbox:${topic}:${sequence++}`), topic, payload);
+        let id = options.id;
+        if (id === undefined) {
+          const { tenant: keyTenant, action, idempotencyKey } = keyed('ctx.outbox.enqueue without options.id');
+          id = stableUuid(keyTenant, action, idempotencyKey, `outbox:${topic}:${sequence++}`);
+        }
+        const written = await enqueue(tx, id, topic, payload);
         if (written.created) await count('oncely_outbox_total', [topic, 'enqueued']);
         return written;
       },
     },
   };
+}
+
+/**
+ * One JSON log line that never fails the execution it logs: a bigint is written as its digits, and
+ * fields JSON cannot carry (a cycle) are replaced by a note, keeping the ids and the message.
+ */
+function logLine(line: Record<string, unknown>): string {
+  try {
+    return JSON.stringify(line, (_name, value) => (typeof value === 'bigint' ? value.toString() : value));
+  } catch (error) {
+    const { level, time, traceId, requestId, message } = line;
+    return JSON.stringify({ level, time, traceId, requestId, message, fieldsError: (error as Error).message });
+  }
 }

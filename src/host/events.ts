@@ -1,37 +1,22 @@
 import { createHash } from 'node:crypto';
 import { backoffDelay, sleep } from '../core/backoff.js';
-import { OncelyError } from '../core/errors.js';
+import { isContractError, OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
 import { type DecisionEvent, Observer, type OncelyLogger } from '../core/observer.js';
 import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
-import { type Claim, type Statement, WorkQueue } from '../work/index.js';
+import { type Claim, type RetryPlan, type Statement, WorkQueue } from '../work/index.js';
 import type { ClaimedFirst } from './claim-first.js';
+import { applyEvent, type ConsumerBinding, defer } from './event-delivery.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
-import { type Count, Totals, type TxCounts } from './totals.js';
+import { type Count, Totals } from './totals.js';
 import type { EventOutcome, HostEvent } from './types.js';
 
+export type { ConsumerBinding } from './event-delivery.js';
 export type { DeadLetter, EventStatus, StoredEvent } from './event-sql.js';
-
-/** How the queue runs the consumer of one (source, type). */
-export interface ConsumerBinding {
-  /**
-   * Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id);
-   * `counts` counts in that transaction (the outbox messages it enqueues, the engine's run).
-   */
-  handle(event: HostEvent, tx: Sql, counts: TxCounts, claimed?: ClaimedFirst): Promise<void>;
-  /**
-   * effects 'external': claims the event's record before the queue's transaction opens, committed
-   * on its own; `handle` then gets it, and a delivery that does not complete it (a throw, a stale
-   * event, another worker's claim of the event) abandons it after that transaction ended.
-   */
-  claimFirst?(event: HostEvent): Promise<ClaimedFirst>;
-  /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
-  ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
-}
 
 /** Options of an EventQueue; every duration is in milliseconds. */
 export interface EventQueueOptions {
@@ -70,6 +55,7 @@ const OUTCOMES: readonly EventOutcome[] = [
   'retrying',
   'dead_lettered',
   'replayed_from_dead_letter',
+  'deferred',
 ];
 const MAX_ERROR_LENGTH = 2_000;
 
@@ -92,6 +78,8 @@ export { backoffDelay };
  */
 export class EventQueue {
   private readonly maxAttempts: number;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
   private readonly work: WorkQueue<q.ClaimedRow>;
   private readonly batchSize: number;
   private readonly pollMs: number;
@@ -104,18 +92,22 @@ export class EventQueue {
   private stopping = false;
   private wakeUp: (() => void) | undefined;
   private woken = false;
+  // When waiting events are next looked for: at most once a poll, or at once when one is due here.
+  private promoteAt = 0;
 
   constructor(
     private readonly db: Db,
     private readonly options: EventQueueOptions,
   ) {
     this.maxAttempts = positive(options.maxAttempts ?? 8, 'maxAttempts');
+    this.baseDelayMs = positive(options.baseDelayMs ?? 500, 'baseDelayMs');
+    this.maxDelayMs = positive(options.maxDelayMs ?? 60_000, 'maxDelayMs');
     // No renewals: the processing transaction's row lock (PostgreSQL) or write lock (SQLite) keeps
     // other workers off an event for as long as its consumer runs, and a renewal would wait on it.
     this.work = new WorkQueue(db, q.EVENT_WORK, {
       maxAttempts: this.maxAttempts,
-      baseDelayMs: positive(options.baseDelayMs ?? 500, 'baseDelayMs'),
-      maxDelayMs: positive(options.maxDelayMs ?? 60_000, 'maxDelayMs'),
+      baseDelayMs: this.baseDelayMs,
+      maxDelayMs: this.maxDelayMs,
       leaseMs: positive(options.leaseMs ?? 30_000, 'leaseMs'),
     });
     this.batchSize = positive(options.batchSize ?? 16, 'batchSize');
@@ -258,11 +250,13 @@ export class EventQueue {
 
   /**
    * Processes events until none is pending or processing (waiting out retries and leases of other
-   * workers), for tests and demos. Throws DRAIN_TIMEOUT if some still are after `timeoutMs`.
+   * workers), for tests and demos; `waiting` events due are checked, the rest are not waited for.
+   * Throws DRAIN_TIMEOUT if some still are after `timeoutMs`.
    */
   async drain(timeoutMs = 30_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
+      this.promoteAt = 0;
       const claimed = await this.claimAndProcess(this.batchSize);
       await Promise.allSettled([...this.inFlight]);
       if (claimed > 0) continue;
@@ -356,7 +350,12 @@ export class EventQueue {
 
   /** Claims up to n due events and starts processing them; returns how many it claimed. */
   private async claimAndProcess(n: number): Promise<number> {
-    const rows = await this.work.claim(n, q.claimable(Date.now()));
+    const now = Date.now();
+    if (now >= this.promoteAt) {
+      this.promoteAt = now + this.pollMs;
+      await run(this.db, q.dueWaits(this.db.dialect, now));
+    }
+    const rows = await this.work.claim(n, q.claimable(now));
     // One statement claimed them; its RETURNING order is not the claim's ORDER BY.
     rows.sort((a, b) => Number(a.row.received_at) - Number(b.row.received_at));
     for (const row of rows) {
@@ -409,6 +408,8 @@ export class EventQueue {
     // 'fenced_off': another worker claimed the event since; this delivery wrote nothing.
     let outcome = 'fenced_off' as EventOutcome | 'fenced_off';
     let claimed: ClaimedFirst | undefined;
+    let wait: { nextAt: number; reason: string } | undefined;
+    let woke = false;
     try {
       claimed = await binding.claimFirst?.(event);
       await withSpan(span, () =>
@@ -416,56 +417,67 @@ export class EventQueue {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const applied = await this.apply(binding, event, tx, counts, claimed);
-          await this.work.complete(tx, claim, applied, { last_error: null });
-          await counts.count('oncely_events_total', [event.source, event.type, applied]);
+          const result = await applyEvent(binding, event, claim, tx, counts, claimed);
+          if ('reason' in result) {
+            const delays = { baseDelayMs: this.baseDelayMs, maxDelayMs: this.maxDelayMs };
+            const deferred = await defer(this.work, delays, tx, claim, result);
+            await counts.count('oncely_events_total', [event.source, event.type, deferred.outcome]);
+            outcome = deferred.outcome;
+            if (deferred.outcome === 'deferred') wait = { nextAt: deferred.nextAt, reason: result.reason };
+            else wait = { nextAt: 0, reason: deferred.error };
+            return;
+          }
+          // Settled: it no longer holds back later versions of its aggregate.
+          const cleared = claim.row.wait_aggregate === null ? {} : { wait_aggregate: null, wait_version: null };
+          await this.work.complete(tx, claim, result.outcome, { last_error: null, ...cleared });
+          await counts.count('oncely_events_total', [event.source, event.type, result.outcome]);
           if (binding.ordering) await counts.count('oncely_events_ordered_total', [event.source, event.type]);
-          outcome = applied;
+          outcome = result.outcome;
+          woke = result.woke;
         }),
       );
     } catch (error) {
       // After the rollback: a claim-first record is released (or its failure stored) on its own.
       if (claimed?.kind === 'claimed') await claimed.abandon(error);
-      const dead = this.work.plan(claim).dead;
+      const dead = this.plan(claim, error).dead;
       endSpan(span, { 'oncely.outcome': dead ? 'dead_lettered' : 'retrying' }, error);
       throw error;
     }
     // Stale or fenced off, the consumer did not complete: its claim is released (nothing after a completion).
     if (claimed?.kind === 'claimed') await claimed.abandon(new Error(`event ${event.id} was ${outcome}, not applied`));
     endSpan(span, { 'oncely.outcome': outcome });
-    if (outcome === 'stale') this.decide({ decision: 'stale', source: event.source, type: event.type, id: event.id });
+    const decided = { source: event.source, type: event.type, id: event.id };
+    if (outcome === 'stale') this.decide({ decision: 'stale', ...decided });
+    if (woke) this.wake();
+    if (!wait) return;
+    if (outcome === 'dead_lettered') {
+      this.decide({ decision: 'dead_lettered', ...decided, attempt: event.attempt, error: wait.reason });
+      this.wake();
+      return;
+    }
+    this.decide({ decision: 'deferred', ...decided, error: wait.reason });
+    setTimeout(
+      () => {
+        this.promoteAt = 0;
+        this.wake();
+      },
+      Math.max(0, wait.nextAt - Date.now()),
+    ).unref();
   }
 
-  /** Runs the consumer unless the event is stale for its aggregate; in the caller's transaction. */
-  private async apply(
-    binding: ConsumerBinding,
-    event: HostEvent,
-    tx: Sql,
-    counts: TxCounts,
-    claimed: ClaimedFirst | undefined,
-  ): Promise<'applied' | 'stale'> {
-    if (!binding.ordering) {
-      await binding.handle(event, tx, counts, claimed);
-      return 'applied';
-    }
-    const aggregate = binding.ordering.aggregate(event);
-    const version = binding.ordering.version(event);
-    if (typeof aggregate !== 'string' || aggregate.length === 0)
-      throw new OncelyError('INVALID_ARGUMENT', `ordering.aggregate() of ${event.type} must return a non-empty string`);
-    if (!Number.isSafeInteger(version))
-      throw new OncelyError('INVALID_ARGUMENT', `ordering.version() of ${event.type} must return an integer`);
-    await run(tx, q.ensureVersion(aggregate));
-    const [stored] = await all<{ version: number | string | null }>(tx, q.readVersion(tx.dialect, aggregate));
-    if (stored && stored.version !== null && version <= Number(stored.version)) return 'stale';
-    await binding.handle(event, tx, counts, claimed);
-    await run(tx, q.writeVersion(version, aggregate));
-    return 'applied';
+  /**
+   * What a failed delivery leads to. A contract error (the event itself is wrong: KEY_REQUIRED,
+   * VALUE_INVALID, ...) fails the same way on every attempt and nobody can fix the request, so it
+   * is a dead letter at once; anything else retries with backoff until its last attempt.
+   */
+  private plan(claim: Claim<q.ClaimedRow>, error: unknown, now = Date.now()): RetryPlan {
+    return isContractError(error) ? { dead: true, nextAttemptAt: now } : this.work.plan(claim, now);
   }
 
   private async fail(claim: Claim<q.ClaimedRow>, error: unknown): Promise<void> {
     const { row, attempts } = claim;
     const now = Date.now();
-    const plan = this.work.plan(claim, now);
+    const plan = this.plan(claim, error, now);
     const { dead, nextAttemptAt: next } = plan;
     const then = dead ? 'dead-lettered' : `retry in ${next - now} ms`;
     logFailure(

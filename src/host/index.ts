@@ -1,5 +1,5 @@
 export type { OncelyLogger } from '../core/observer.js';
-export type { App, ConsumerModule, HandlerModule, InputSchema } from './app.js';
+export type { App, ConsumerModule, HandlerModule, InputSchema, RequiresContext } from './app.js';
 export { defineConfig, env, type HostConfig } from './config.js';
 export type { HostContext } from './context.js';
 export type { Host } from './host.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type AnyErrorCode, ERRORS, type ErrorCode, OncelyError } from '../core/errors.js';
+import { type AnyErrorCode, ERRORS, type ErrorCode, OncelyError, statusOf } from '../core/errors.js';
 import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
 import type { DecisionEvent, Observer } from '../core/observer.js';
 import type { Sql } from '../db/types.js';
@@ -310,7 +310,14 @@ export class Invoker {
   private failed(error: unknown, id: string, key: string | undefined, ids: Ids): HttpResponse {
     const { logger } = this.app.config;
     const e = error as { status?: unknown; code?: unknown; message?: unknown };
-    const status = typeof e.status === 'number' && e.status >= 400 && e.status < 600 ? e.status : 500;
+    // A status the error chose, else its code's in the catalogue: a contract error of the caller
+    // (ctx.stableId without a key: 400 KEY_REQUIRED) is a 4xx, the server's own failures 5xx.
+    const status =
+      typeof e.status === 'number' && e.status >= 400 && e.status < 600
+        ? e.status
+        : error instanceof OncelyError
+          ? statusOf(error.code)
+          : 500;
     logFailure(
       logger,
       'handler failed',

@@ -20,6 +20,17 @@ const OUTBOX_V1 = `CREATE TABLE IF NOT EXISTS oncely_outbox (
 // The claim's fence: attempts alone would do, but a counter that only ever grows cannot repeat.
 const ADD_FENCE = 'ALTER TABLE oncely_outbox ADD COLUMN fence BIGINT NOT NULL DEFAULT 0';
 
+/**
+ * Retention's indexes (retention-sql.ts): delivered rows by their delivery, dead ones by when they
+ * died. Partial, so pending and delivering rows (the relay's) are in neither.
+ */
+const AGE_INDEXES = [
+  `CREATE INDEX IF NOT EXISTS oncely_outbox_delivered ON oncely_outbox (status, delivered_at)
+    WHERE status = 'delivered'`,
+  `CREATE INDEX IF NOT EXISTS oncely_outbox_died ON oncely_outbox (status, next_attempt_at)
+    WHERE status = 'dead'`,
+];
+
 /** The outbox's versioned tables. */
 export const outboxMigrations: Migrations = {
   component: 'outbox',
@@ -28,6 +39,7 @@ export const outboxMigrations: Migrations = {
     { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
     // Where deliveries are counted; the events component makes it too (whichever migrates first).
     { version: 3, sqlite: totalsTable('sqlite'), postgres: totalsTable('postgres') },
+    { version: 4, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
   ],
 };
 

@@ -65,7 +65,8 @@ export interface HostEvent {
 /**
  * What happened to an event, as counted by the host. `conflict`: a duplicate id whose body differs
  * from the stored one (the stored event is kept, the new body dropped); `replayed_from_dead_letter`:
- * a dead letter put back in the queue.
+ * a dead letter put back in the queue; `deferred`: an event put (back) to `waiting`, its consumer's
+ * prerequisite not met yet.
  */
 export type EventOutcome =
   | 'accepted'
@@ -75,4 +76,5 @@ export type EventOutcome =
   | 'stale'
   | 'retrying'
   | 'dead_lettered'
-  | 'replayed_from_dead_letter';
+  | 'replayed_from_dead_letter'
+  | 'deferred';

@@ -81,7 +81,7 @@ async function keyset(
 }
 
 /** Statuses of a stored event (as event-sql.ts writes them). */
-export const EVENT_STATUSES = ['pending', 'processing', 'applied', 'stale', 'dead', 'no_consumer'] as const;
+export const EVENT_STATUSES = ['pending', 'processing', 'waiting', 'applied', 'stale', 'dead', 'no_consumer'] as const;
 
 /** An event as the admin listing shows it: its state, not its payload (GET by the CLI or the table for that). */
 export interface EventSummary {

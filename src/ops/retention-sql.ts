@@ -41,7 +41,7 @@ const olderThan = (condition: string, column: string, cutoff: number | null): St
 
 /**
  * Events: the finished ones (applied, stale, stored with no consumer) by their last update; dead
- * letters only with a deadLetters retention. Pending and processing rows never match. The
+ * letters only with a deadLetters retention. Pending, processing and waiting rows never match. The
  * oncely_event_versions table is never a target: it orders an aggregate's later events.
  */
 export const EVENTS: PurgeTarget = {

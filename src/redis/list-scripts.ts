@@ -63,53 +63,61 @@ end
 `;
 
 /**
- * Most index members one LIST_INDEX run examines, so a run whose filters few members meet stays
- * short (some ms) even on a large index; a page then ends short, with a cursor.
+ * About the most index members one LIST_INDEX run visits (the sum of its SSCAN COUNTs), so a run
+ * whose filters few members meet stays short (some ms) even on a large index; a page then ends
+ * short, with a cursor.
  */
 export const INDEX_BUDGET = 10_000;
 /** About the most keys the SCAN calls of one LIST_SCAN run visit (the sum of their COUNTs). */
 export const SCAN_BUDGET = 100_000;
-/** The largest COUNT of one SCAN call: what a page holds beyond its limit (pending) stays below it. */
+/** The largest COUNT of one SCAN or SSCAN call: what a page holds beyond its limit (pending) stays below it. */
 export const SCAN_COUNT_MAX = 1_000;
 
 /**
- * One page of a state's index, in member order, from a lexical bound, up to `limit` records that
- * fit the filters. A member whose record is gone (expired by its PXAT, which cannot touch the
- * index), is no record of ours, or is in another state is removed from the index as it is met,
- * in the same run as the read that found it stale, so a record written meanwhile is never dropped.
- * At most INDEX_BUDGET members are examined; a page then ends short.
+ * One page of a state's index by SSCAN (MATCH on the tenant's and action's part of the key when
+ * given), up to `limit` records that fit the filters. A set has no order, so a page is in no
+ * order either; SSCAN answers every member that stays in the set for the whole listing. A member
+ * whose record is gone (expired by its PXAT, which cannot touch the index), is no record of ours,
+ * or is in another state is removed from the index as it is met, in the same run as the read that
+ * found it stale, so a record written meanwhile is never dropped. Members an SSCAN call answers
+ * beyond the page's room are answered as pending, unread, for the next page to read first.
+ * Each call's COUNT is the records still missing (10 to SCAN_COUNT_MAX); a run stops after about
+ * INDEX_BUDGET members visited, and a page then ends short.
  *
  * KEYS: the index key of the state.
- * ARGV: the filters (1 to 5, the state that of the index); 6. the lower bound (ZRANGE BYLEX:
- *   '-' or '(' .. the last member of the previous page or '[' .. a prefix); 7. the upper bound.
- * Answers: the last member examined ('' when the index has no more in the bounds), and the
- *   records as member, value, member, value...
+ * ARGV: the filters (1 to 5, the state that of the index); 6. the SSCAN cursor ('0' to start, ''
+ *   when the scan is done); 7. the start of the member every record must have ('' any); 8 on.
+ *   pending members.
+ * Answers: the SSCAN cursor ('' when done), the pending members, and the records as member,
+ *   value, member, value... (members are record keys past `<prefix>r:`).
  */
 export const LIST_INDEX = script(`${FILTERS}
-local key, upper = KEYS[1], ARGV[7]
-local from = ARGV[6]
-local out, n, seen = {}, 0, 0
-while true do
-  local chunk = redis.call('ZRANGE', key, from, upper, 'BYLEX', 'LIMIT', 0, limit)
-  for j = 1, #chunk do
-    local m = chunk[j]
-    local value = redis.pcall('GET', prefix .. 'r:' .. m)
-    local state, updated = read(value)
-    if state ~= want_state then redis.call('ZREM', key, m)
-    elseif fits(m, updated) then
-      out[#out + 1] = m
-      out[#out + 1] = value
-      n = n + 1
-    end
-    seen = seen + 1
-    if n == limit or seen >= ${INDEX_BUDGET} then
-      if j == #chunk and #chunk < limit then return { '', out } end
-      return { m, out }
-    end
+local key = KEYS[1]
+local out, pending, n = {}, {}, 0
+local function take(k)
+  if n == limit then pending[#pending + 1] = string.sub(k, skip); return end
+  local value = redis.pcall('GET', k)
+  local state, updated = read(value)
+  if state ~= want_state then redis.call('SREM', key, k); return end
+  local m = string.sub(k, skip)
+  if fits(m, updated) then
+    out[#out + 1] = m
+    out[#out + 1] = value
+    n = n + 1
   end
-  if #chunk < limit then return { '', out } end
-  from = '(' .. chunk[#chunk]
 end
+for i = 8, #ARGV do take(prefix .. 'r:' .. ARGV[i]) end
+local pattern = glob(prefix .. 'r:' .. ARGV[7]) .. '*'
+local cursor, visited = ARGV[6], 0
+while cursor ~= '' and n < limit and visited < ${INDEX_BUDGET} do
+  local count = math.min(math.max(limit - n, 10), ${SCAN_COUNT_MAX})
+  local found = redis.call('SSCAN', key, cursor, 'MATCH', pattern, 'COUNT', count)
+  visited = visited + count
+  cursor = found[1]
+  if cursor == '0' then cursor = '' end
+  for _, k in ipairs(found[2]) do take(k) end
+end
+return { cursor, pending, out }
 `);
 
 /**
@@ -154,7 +162,7 @@ return { cursor, pending, out }
 
 /**
  * One SCAN step of rebuilding the indexes: every in_progress or unknown record among the keys of
- * one SCAN call joins its state's index (ZADD, which keeps a member already there). For records
+ * one SCAN call joins its state's index (SADD, which keeps a member already there). For records
  * written before the indexes existed: an unknown record never expires, so without this it would
  * stay out of `list` until someone settled it. Safe beside live writes: a member added for a
  * record that moves on meanwhile is healed by the next listing.
@@ -171,7 +179,7 @@ for _, k in ipairs(found[2]) do
   local value = redis.pcall('GET', k)
   if type(value) == 'string' then
     local to = index[string.match(value, '^o[12]|([^|]*)|')]
-    if to then added = added + redis.call('ZADD', to, 0, string.sub(k, skip)) end
+    if to then added = added + redis.call('SADD', to, k) end
   end
 end
 return { found[1], added }

@@ -13,13 +13,16 @@ export interface ListRequest {
   index: boolean;
 }
 
-/** Where a listing goes on: after an index member, or at a SCAN cursor ('' when done) after its pending members. */
-type Cursor = { i: string } | { s: string; p: string[] };
+/**
+ * Where a listing goes on: at an SSCAN cursor of its index (`i`) or a SCAN cursor of the keyspace
+ * (`s`), '' when that scan is done, after its pending members (`p`) in either case.
+ */
+type Cursor = { i: string; p: string[] } | { s: string; p: string[] };
 
 const LIMIT_MAX = 1_000;
 const SCAN_CURSOR = /^(0|[1-9][0-9]*)?$/;
 
-/** A record's member in an index: its key past `<prefix>r:` (see recordKey in codec.ts). */
+/** A record's name in listings and cursors: its key past `<prefix>r:` (see recordKey in codec.ts). */
 export function memberOf(id: RecordId): string {
   return `${id.tenant.length}:${id.tenant}:${id.action.length}:${id.action}:${id.key}`;
 }
@@ -50,16 +53,17 @@ function decodeListCursor(text: string): Cursor {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalidCursor();
   const fields = Object.keys(value);
   const c = value as Record<string, unknown>;
-  if (fields.length === 1 && typeof c.i === 'string' && parseMember(c.i)) return { i: c.i };
+  const at = typeof c.i === 'string' ? c.i : c.s;
   if (
     fields.length === 2 &&
-    typeof c.s === 'string' &&
-    SCAN_CURSOR.test(c.s) &&
+    (typeof c.i === 'string') !== (typeof c.s === 'string') &&
+    typeof at === 'string' &&
+    SCAN_CURSOR.test(at) &&
     Array.isArray(c.p) &&
     c.p.every((m) => typeof m === 'string' && parseMember(m)) &&
-    (c.s !== '' || c.p.length > 0)
+    (at !== '' || c.p.length > 0)
   )
-    return { s: c.s, p: c.p as string[] };
+    return typeof c.i === 'string' ? { i: at, p: c.p as string[] } : { s: at, p: c.p as string[] };
   throw invalidCursor();
 }
 
@@ -82,21 +86,16 @@ export function listRequest(prefix: string, query: RecordQuery): ListRequest {
     updatedBefore === undefined ? '' : String(updatedBefore),
     String(limit),
   ];
-  // The members of a tenant (and action) share this start: the lengths make it theirs alone.
+  // The keys of a tenant (and action) share this start past `<prefix>r:`: the lengths make it theirs alone.
   const start =
     tenant === undefined
       ? ''
       : `${tenant.length}:${tenant}:${action === undefined ? '' : `${action.length}:${action}:`}`;
   if (state !== undefined && (INDEXED_STATES as readonly string[]).includes(state)) {
     if (cursor && !('i' in cursor)) throw invalidCursor();
-    const from = cursor ? `(${cursor.i}` : start ? `[${start}` : '-';
-    // Every member with `start` sorts below it with its last ':' raised to ';'.
-    const upper = start ? `(${start.slice(0, -1)};` : '+';
-    return {
-      script: LIST_INDEX,
-      args: [LIST_INDEX.sha, '1', `${prefix}i:${state}`, ...filters, from, upper],
-      index: true,
-    };
+    const args = [LIST_INDEX.sha, '1', `${prefix}i:${state}`, ...filters, cursor ? cursor.i : '0', start];
+    if (cursor) for (const m of cursor.p) args.push(m);
+    return { script: LIST_INDEX, args, index: true };
   }
   if (cursor && !('s' in cursor)) throw invalidCursor();
   const args = [LIST_SCAN.sha, '1', `${prefix}i:${INDEXED_STATES[0]}`, ...filters, cursor ? cursor.s : '0', start];
@@ -107,15 +106,11 @@ export function listRequest(prefix: string, query: RecordQuery): ListRequest {
 /** The page of a listing script's answer to `request`. */
 export function listPage(request: ListRequest, reply: unknown): RecordPage {
   if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
-  if (request.index) {
-    const [last, pairs] = reply as [unknown, unknown[]];
-    const next = String(last);
-    return { records: records(pairs), cursor: next === '' ? null : encodeCursor({ i: next }) };
-  }
   const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
-  const s = String(scan);
+  const at = String(scan);
   const p = pending.map(String);
-  return { records: records(pairs), cursor: s === '' && p.length === 0 ? null : encodeCursor({ s, p }) };
+  if (at === '' && p.length === 0) return { records: records(pairs), cursor: null };
+  return { records: records(pairs), cursor: encodeCursor(request.index ? { i: at, p } : { s: at, p }) };
 }
 
 // A client with a Buffer type mapping answers Buffers: String() reads those too.

@@ -41,11 +41,14 @@ export const TAG = 'o1|';
 export const SETTLED_TAG = 'o2|';
 
 /**
- * The states with an index: a sorted set per state, `<prefix>i:<state>`, whose members (all of
- * score 0, so they sort by bytes) are the record keys without `<prefix>r:`. Operators look for
- * exactly these records (waiting for a person, stalled), and they are few beside the finished
- * ones, so listing them reads the index, never the keyspace. Every script that writes a record
- * takes both index keys first in KEYS, in this order, and keeps them exact in the same run.
+ * The states with an index: a set per state, `<prefix>i:<state>`, whose members are the record
+ * keys (`<prefix>r:...`, see recordKey in codec.ts). Operators look for exactly these records (waiting for a person,
+ * stalled), and they are few beside the finished ones, so listing them reads the index, never the
+ * keyspace. A set, not a sorted set: SADD and SREM on a hashtable cost Redis about a fifth of
+ * ZADD and ZREM on a small sorted set (a listpack, searched and shifted byte by byte), and a claim
+ * and its completion pay that on every first execution; listing pages by SSCAN instead of by key
+ * order. Every script that writes a record takes both index keys first in KEYS, in this order,
+ * and keeps them exact in the same run.
  */
 export const INDEXED_STATES = ['in_progress', 'unknown'] as const;
 /** How many index keys come before the record keys in the KEYS of INSERT, INSERT_GIVEN and UPDATE. */
@@ -97,54 +100,55 @@ local function ours(value)
 end
 `;
 
-// The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state, and a record key's member:
-// the key past '<prefix>r:', where the prefix is read off the first index key, so a client's own
-// key prefix (ioredis keyPrefix, which Redis sees in KEYS) is part of it. A run collects the
-// moves of its records (`move`: the index a record leaves, the one it joins) and applies them at
-// its end with one ZREM and one ZADD per index key: a call from Lua into Redis costs more than
-// the command itself, and a run holds up to 8 records. Before a record moves a second time in one
-// run the moves so far are applied, so moves land in the order of the writes. The index keys are
-// written only there, within the run, so the result is the same as moving each record as it is
-// written. An index key holding another type would fail those calls after the records were
-// written (scripts are not rolled back), so a write that moves a record checks its index keys
-// first (once per run, by TYPE: nothing on a replay or a renewal), and a record whose index is
-// foreign is that record's error, not written.
+// The index keys (KEYS[1] and KEYS[2], see INDEXED_STATES) by state. A member is the record's
+// key itself, as Redis sees it (a client's own key prefix included), so indexing a record makes
+// no new string. A run collects the members to add and to remove per index key and applies them
+// at its end, one SADD and one SREM per index key: a call from Lua into Redis costs more than the
+// command itself (measured: some 2 µs each, where the SADD of 8 members takes 2.5), and a run holds
+// up to 8 records. The hot path (a claim joins in_progress, its completion leaves it) checks no
+// type first: an index key holding another type fails that SADD or SREM, after the records were
+// written (scripts are not rolled back), so the run then undoes those records (an insert is
+// deleted again, a completion's record put back as it was, expiry included) and answers each
+// with the error, not written. A write that moves a record into an index from another state's
+// (rare: a record turning unknown, a released key claimed again) checks both keys by TYPE before
+// it writes (once per run). Measured, the bookkeeping of a table per record cost Redis more than
+// the set commands, so there is none (see UPDATE for the one case that needs order).
 const INDEX = `
 local index = { ${INDEXED_STATES.map((state, i) => `${state} = KEYS[${i + 1}]`).join(', ')} }
-local checked = {}
-local function foreign_index(k)
-  if k == nil or k == false then return nil end
-  local c = checked[k]
-  if c == nil then
-    local t = redis.call('TYPE', k).ok
-    c = t ~= 'zset' and t ~= 'none' and { err = 'the value at ' .. k .. ' is not an oncely index' }
-    checked[k] = c
-  end
-  return c or nil
+local adds = {}
+local function push(lists, k, key)
+  local l = lists[k]
+  if l then l[#l + 1] = key else lists[k] = { key } end
 end
-local after = #KEYS[1] - ${`i:${INDEXED_STATES[0]}`.length} + 3
-local rem, add, moved = {}, {}, {}
-local function apply_moves()
-  for key, l in pairs(rem) do redis.call('ZREM', key, unpack(l)) end
-  for key, l in pairs(add) do redis.call('ZADD', key, unpack(l)) end
-  rem, add, moved = {}, {}, {}
+local function refusal(k)
+  return { err = 'the value at ' .. k .. ' is not an oncely index' }
 end
-local function move(key, from, to)
-  -- A key moved again in this run: its earlier move lands first, so the two apply in order.
-  if moved[key] then apply_moves() end
-  moved[key] = true
-  local name = string.sub(key, after)
-  if from then
-    local l = rem[from]
-    if not l then l = {}; rem[from] = l end
-    l[#l + 1] = name
+-- The SADDs of the members collected; the members an index key of another type refused, by key,
+-- as their error (nil when none did).
+local function add_members()
+  local failed
+  for k, l in pairs(adds) do
+    if type(redis.pcall('SADD', k, unpack(l))) == 'table' then
+      failed = failed or {}
+      for _, key in ipairs(l) do failed[key] = refusal(k) end
+    end
   end
-  if to then
-    local l = add[to]
-    if not l then l = {}; add[to] = l end
-    l[#l + 1] = 0
-    l[#l + 1] = name
+  adds = {}
+  return failed
+end
+`;
+
+// The inserts an index key of another type refused (add_members) are undone: each key was absent
+// before this run, so deleting it again restores it exactly, and every answer for that key in the
+// run is the error (a later copy of the key found the record just undone).
+const UNDO_INSERTS = `
+local function undo_inserts(out, failed)
+  if not failed then return end
+  for i = 1, #KEYS - ${INDEX_KEYS} do
+    local r = failed[KEYS[i + ${INDEX_KEYS}]]
+    if r then out[i] = r end
   end
+  for key in pairs(failed) do redis.call('DEL', key) end
 end
 `;
 
@@ -175,7 +179,7 @@ end
  * which is read and printed once per run (times, fence), and each value is that shape's string
  * joined with the record's texts. It is written with one `SET key value NX GET [PXAT at]`,
  * which answers the existing value instead when the key is taken (and then writes nothing); an
- * in_progress or unknown record inserted joins its state's index (one ZADD per run).
+ * in_progress or unknown record inserted joins its state's index (one SADD per run).
  * A new claim's fence starts at Redis's clock in microseconds, so fences never go back: a
  * record that expired leaves nothing behind, and the key's next claim must still outrank every
  * fence a stalled holder of an earlier one may carry. Within one record fences grow by one per
@@ -191,7 +195,7 @@ end
  * Answers: per key, the fence stored (an integer) when inserted, else the existing record's
  *   string, or an error (a foreign value); then Redis's now in ms.
  */
-export const INSERT = script(`${CLOCK}
+export const INSERT = script(`${CLOCK}${UNDO_INSERTS}
 local now_us = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
 local n_us = tonumber(now_us)
 local shapes = {}
@@ -219,19 +223,12 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if s[3] then old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', s[3])
   else old = redis.pcall('SET', key, value, 'NX', 'GET') end
   if not old then
-    -- The key was absent: deleting it again undoes this insert exactly.
-    local refused = foreign_index(s[5])
-    if refused then
-      redis.call('DEL', key)
-      out[i] = refused
-    else
-      out[i] = s[2]
-      if s[5] then move(key, nil, s[5]) end
-    end
+    out[i] = s[2]
+    if s[5] then push(adds, s[5], key) end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
-apply_moves()
+undo_inserts(out, add_members())
 out[#out + 1] = now
 return out
 `);
@@ -246,7 +243,7 @@ return out
  * Answers: per key, 0 when inserted, else the existing record's string, or an error (a
  *   foreign value); then Redis's now in ms.
  */
-export const INSERT_GIVEN = script(`${CLOCK}
+export const INSERT_GIVEN = script(`${CLOCK}${UNDO_INSERTS}
 local out = {}
 for i = 1, #KEYS - ${INDEX_KEYS} do
   local key = KEYS[i + ${INDEX_KEYS}]
@@ -255,19 +252,13 @@ for i = 1, #KEYS - ${INDEX_KEYS} do
   if expiry == '' then old = redis.pcall('SET', key, value, 'NX', 'GET')
   else old = redis.pcall('SET', key, value, 'NX', 'GET', 'PXAT', expiry) end
   if not old then
+    out[i] = 0
     local to = index[string.match(value, '^o[12]|([^|]*)|')]
-    local refused = foreign_index(to)
-    if refused then
-      redis.call('DEL', key)
-      out[i] = refused
-    else
-      out[i] = 0
-      if to then move(key, nil, to) end
-    end
+    if to then push(adds, to, key) end
   elseif type(old) == 'table' or ours(old) then out[i] = old
   else out[i] = foreign(key) end
 end
-apply_moves()
+undo_inserts(out, add_members())
 out[#out + 1] = now
 return out
 `);
@@ -296,6 +287,69 @@ return out
  *   from), 0 when the record is missing or did not match, or an error (a foreign value).
  */
 export const UPDATE = script(`${CLOCK}
+local rems, checked = {}, {}
+local function foreign_index(k)
+  if not k then return nil end
+  local c = checked[k]
+  if c == nil then
+    local t = redis.call('TYPE', k).ok
+    c = t ~= 'set' and t ~= 'none' and refusal(k)
+    checked[k] = c
+  end
+  return c or nil
+end
+-- The moves collected since the last were applied: each moved key's value before its move, and
+-- the first record (in KEYS) since then. A record moved a second time in one run has the moves so
+-- far applied first, so the two land in the order of the writes (in_progress to unknown to
+-- succeeded leaves it in neither index).
+local moved, since, current = {}, 1, 1
+local out = {}
+-- Puts a record back as it was before this run moved it: its value, and its expiry by the rule.
+local function restore(key, before)
+  local state, lease, expires = string.match(before, '^o[12]|([^|]*)|[^|]*|([^|]*)|([^|]*)|')
+  local expiry = nil
+  if state ~= 'unknown' and expires ~= '' then
+    expiry = expires
+    if state == 'in_progress' and lease ~= '' then
+      local keep = tonumber(lease) + ${LEASE_MARGIN_MS}
+      if keep > tonumber(expires) then expiry = string.format('%.0f', keep) end
+    end
+  end
+  if expiry then redis.call('SET', key, before, 'PXAT', expiry) else redis.call('SET', key, before) end
+end
+-- The SREMs, then the SADDs (their keys checked by TYPE before the writes). A record an SREM
+-- refused (its index key of another type) is put back, and every answer for its key since the
+-- last moves is the error.
+local function apply_moves(upto)
+  local failed
+  for k, l in pairs(rems) do
+    if type(redis.pcall('SREM', k, unpack(l))) == 'table' then
+      failed = failed or {}
+      for _, key in ipairs(l) do failed[key] = refusal(k) end
+    end
+  end
+  for k, l in pairs(adds) do redis.call('SADD', k, unpack(l)) end
+  if failed then
+    for key in pairs(failed) do restore(key, moved[key]) end
+    for i = since, upto do
+      local r = failed[KEYS[i + ${INDEX_KEYS}]]
+      if r then out[i] = r end
+    end
+  end
+  adds, rems, moved, since = {}, {}, {}, upto + 1
+  return failed
+end
+-- A write that moves its record; answers an error when it may not be written: the record's earlier
+-- move in this run was refused, and it is put back, so this write was checked against a value undone.
+local function move(key, before, from, to)
+  if moved[key] then
+    local failed = apply_moves(current - 1)
+    if failed and failed[key] then return failed[key] end
+  end
+  moved[key] = before
+  if from then push(rems, from, key) end
+  if to then push(adds, to, key) end
+end
 local shapes = {}
 local function shaped(shape)
   local s = shapes[shape]
@@ -329,7 +383,7 @@ local function update(key, b)
     ${HEAD.join(', ')}, settlement, result = string.match(value, ${SETTLED_PATTERN})
     if not state then return foreign(key) end
   end
-  local was = state
+  local was, before = state, value
   local e = ARGV[b + 1]
   if fence ~= e and tonumber(fence) ~= tonumber(e) then return 0 end
   local s = shaped(ARGV[b + 3])
@@ -365,18 +419,21 @@ local function update(key, b)
   end
   local from, to = index[was], index[state]
   if from ~= to then
-    local refused = foreign_index(from) or foreign_index(to)
+    if to then
+      local refused = foreign_index(from) or foreign_index(to)
+      if refused then return refused end
+    end
+    local refused = move(key, before, from, to)
     if refused then return refused end
-    move(key, from, to)
   end
   if expiry then redis.call('SET', key, value, 'PXAT', expiry) else redis.call('SET', key, value) end
   return now
 end
-local out = {}
 for i = 1, #KEYS - ${INDEX_KEYS} do
+  current = i
   out[i] = update(KEYS[i + ${INDEX_KEYS}], ${UPDATE_SLOTS} * (i - 1))
 end
-apply_moves()
+apply_moves(#KEYS - ${INDEX_KEYS})
 return out
 `);
 

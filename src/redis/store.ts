@@ -91,10 +91,9 @@ interface Update {
 
 /**
  * A record store on Redis: each record is one string, and Redis expires records itself; the
- * in_progress and unknown records are also members of a sorted set per state (`<prefix>i:<state>`,
+ * in_progress and unknown records are also members of a set per state (`<prefix>i:<state>`,
  * kept by the same script runs that write the records), which `list` reads instead of the keyspace.
- * Concurrent
- * calls of one kind are coalesced into atomic Lua script runs of up to MAX_BATCH records (one
+ * Concurrent calls of one kind are coalesced into atomic Lua script runs of up to MAX_BATCH records (one
  * EVALSHA each, sent at once while fewer than MAX_IN_FLIGHT are out, so a lone call waits for
  * nothing). It cannot join a caller's SQL transaction. Not for Redis Cluster: a batch's script
  * names the keys of many records, which must all live on one node, so it needs a single
@@ -184,7 +183,7 @@ export class RedisStore implements RecordStore {
   }
 
   /**
-   * A page of `query`: `in_progress` and `unknown` from their index in key order (dropping members
+   * A page of `query`: `in_progress` and `unknown` from their index by SSCAN (dropping members
    * whose record expired or moved on), other listings by SCAN. A page may hold fewer records than
    * `limit`, even none, before the end: only a null cursor says the listing is done.
    */

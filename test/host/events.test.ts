@@ -114,6 +114,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
         retrying: 0,
         dead_lettered: 0,
         replayed_from_dead_letter: 0,
+        deferred: 0,
       });
       await expect(queue.intake('shop', '', 'x', {})).rejects.toMatchObject({ code: 'KEY_REQUIRED' });
     });

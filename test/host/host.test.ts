@@ -148,7 +148,7 @@ for (const [name, makeTarget] of targets)
         status: 200,
         body: { data: { double: 4 } },
       });
-      expect(await invoke('notes.peek', {})).toMatchObject({ status: 500, body: { error: { code: 'KEY_REQUIRED' } } });
+      expect(await invoke('notes.peek', {})).toMatchObject({ status: 400, body: { error: { code: 'KEY_REQUIRED' } } });
       expect(await invoke('notes.peek', {}, 'p1')).toMatchObject({ status: 200, body: { data: { key: 'p1' } } });
     });
 

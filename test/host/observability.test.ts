@@ -239,6 +239,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
         retrying: 2,
         dead_lettered: 2,
         replayed_from_dead_letter: 1,
+        deferred: 0,
       });
 
       // GET /metrics: this process's metrics in the text format, as Prometheus reads them.

@@ -56,8 +56,12 @@ async function statesUnder(p: string): Promise<Map<string, RecordState>> {
   return out;
 }
 
+/** The members of a state's index under `p`, each as memberOf names it (the record key past `<p>r:`). */
 const members = async (p: string, state: RecordState) =>
-  ((await redis.sendCommand(['ZRANGE', `${p}i:${state}`, '0', '-1'])) as string[]).map(String);
+  ((await redis.sendCommand(['SMEMBERS', `${p}i:${state}`])) as string[]).map((key) => {
+    expect(String(key).startsWith(`${p}r:`)).toBe(true);
+    return String(key).slice(`${p}r:`.length);
+  });
 
 beforeAll(async () => {
   redis = await connectRedis();
@@ -121,7 +125,7 @@ describe('redis index of in_progress and unknown records', () => {
     const u = record({ state: 'unknown', leaseUntil: null, expiresAt: null });
     expect((await store.insertOrGet(u)).inserted).toBe(true);
     await redis.del(`${p}i:unknown`);
-    await redis.set(`${p}i:in_progress`, 'not a sorted set');
+    await redis.set(`${p}i:in_progress`, 'not a set');
     const r = record();
     const done = record({ state: 'succeeded', leaseUntil: null, result: '1' });
     // One run: the claim is refused and not written; the finished record, which joins no index, is.
@@ -132,6 +136,19 @@ describe('redis index of in_progress and unknown records', () => {
     });
     expect(finished).toMatchObject({ status: 'fulfilled', value: { inserted: true } });
     expect(await redis.exists(recordKey(p, r))).toBe(0);
+    // The engine's claims (times relative to Redis's clock, their own script): refused the same way;
+    // the same key claimed twice at once is refused twice, never answered with the record undone.
+    const claim2 = record({ leaseUntil: 30_000, expiresAt: 60_000, createdAt: 0, updatedAt: 0 });
+    const twice = await Promise.allSettled([
+      store.insertOrGet(claim2, undefined, { relative: true }),
+      store.insertOrGet(claim2, undefined, { relative: true }),
+      store.insertOrGet({ ...done, key: 'done-relative', createdAt: 0, updatedAt: 0, completedAt: 0 }, undefined, {
+        relative: true,
+      }),
+    ]);
+    expect(twice.map((a) => a.status)).toEqual(['rejected', 'rejected', 'fulfilled']);
+    expect(await redis.exists(recordKey(p, claim2))).toBe(0);
+    expect(await redis.exists(recordKey(p, { ...done, key: 'done-relative' }))).toBe(1);
     // An update into the foreign index is refused; one between sound ones (unknown to succeeded) applies.
     await expect(
       store.update(u, { fence: 1, states: ['unknown'] }, { state: 'in_progress', leaseUntil: Date.now() + 1_000 }),
@@ -142,6 +159,38 @@ describe('redis index of in_progress and unknown records', () => {
     ).not.toBeNull();
     await redis.del(`${p}i:in_progress`);
     expect((await store.insertOrGet(r)).inserted).toBe(true);
+
+    // A completion (in_progress to succeeded) checks no type first: its SREM fails, and the run puts
+    // the record back as it was, value and expiry, beside a lease renewal in the same run that applies.
+    const other = record({ tenant: 'other' });
+    expect((await store.insertOrGet(other)).inserted).toBe(true);
+    const stored = await redis.get(recordKey(p, r));
+    const expiry = Number(await redis.sendCommand(['PEXPIRETIME', recordKey(p, r)]));
+    expect(expiry).toBeGreaterThan(Date.now());
+    await redis.del(`${p}i:in_progress`);
+    await redis.set(`${p}i:in_progress`, 'not a set');
+    const done2 = { state: 'succeeded', result: '3', leaseUntil: null } as const;
+    const fence = (await store.get(r))?.fence as number;
+    const renewed = Date.now() + 50_000;
+    const [completion, renewal] = await Promise.allSettled([
+      store.update(r, { fence, states: ['in_progress'] }, done2),
+      store.update(
+        other,
+        { fence: (await store.get(other))?.fence as number, states: ['in_progress'] },
+        { leaseUntil: renewed },
+      ),
+    ]);
+    expect(completion).toMatchObject({
+      status: 'rejected',
+      reason: { message: expect.stringMatching(/not an oncely index/) },
+    });
+    expect(renewal).toMatchObject({ status: 'fulfilled', value: expect.any(Number) });
+    expect((await store.get(other))?.leaseUntil).toBe(renewed);
+    expect(await redis.get(recordKey(p, r))).toBe(stored);
+    expect(Number(await redis.sendCommand(['PEXPIRETIME', recordKey(p, r)]))).toBe(expiry);
+    await redis.del(`${p}i:in_progress`);
+    expect(await store.update(r, { fence, states: ['in_progress'] }, done2)).not.toBeNull();
+    expect((await store.get(r))?.state).toBe('succeeded');
     await store.close();
   });
 
@@ -194,7 +243,7 @@ describe('redis index of in_progress and unknown records', () => {
       expect(new Set(page.records.map((r) => r.key))).toEqual(new Set(unknown.map((r) => r.key)));
       expect(stats.scan ?? 0).toBe(0);
       expect(stats.get).toBe(50);
-      expect(stats.zrange).toBe(1);
+      expect(stats.sscan).toBe(1);
 
       // The same counting sees the SCAN of a listing the index cannot answer: the proof above can fail.
       await client.sendCommand(['CONFIG', 'RESETSTAT']);
@@ -206,6 +255,49 @@ describe('redis index of in_progress and unknown records', () => {
       server.stop();
     }
   }, 60_000);
+
+  it('pages small limits over SSCAN calls that answer more members than a page holds: each record once, the rest carried in the cursor', async () => {
+    const p = `${prefix}pages:`;
+    const store = redisStore({ client: redis, prefix: p });
+    const waiting = Array.from({ length: 300 }, (_, i) =>
+      record({ tenant: i % 2 ? 'acme' : 'beta', key: `u-${i}`, state: 'unknown', leaseUntil: null, expiresAt: null }),
+    );
+    await Promise.all(waiting.map((r) => store.insertOrGet(r)));
+    let carried = 0;
+    for (const [limit, tenant] of [
+      [1, undefined],
+      [7, undefined],
+      [3, 'acme'],
+    ] as const) {
+      const seen = new Set<string>();
+      let cursor: string | undefined;
+      for (let pages = 0; pages < 1_000; pages++) {
+        const page = await store.list({
+          state: 'unknown',
+          limit,
+          ...(tenant ? { tenant } : {}),
+          ...(cursor ? { cursor } : {}),
+        });
+        expect(page.records.length).toBeLessThanOrEqual(limit);
+        for (const r of page.records) {
+          expect(seen.has(r.key), r.key).toBe(false);
+          seen.add(r.key);
+        }
+        if (page.cursor === null) break;
+        cursor = page.cursor;
+        carried += (JSON.parse(Buffer.from(cursor, 'base64url').toString()) as { p: string[] }).p.length;
+      }
+      expect(seen).toEqual(new Set(waiting.filter((r) => !tenant || r.tenant === tenant).map((r) => r.key)));
+    }
+    // SSCAN answered more than the page had room for, and those records came on a later page.
+    expect(carried).toBeGreaterThan(0);
+    // A cursor of the index is no cursor of a SCAN listing, nor the other way round.
+    const first = (await store.list({ state: 'unknown', limit: 1 })).cursor as string;
+    await expect(store.list({ state: 'failed', limit: 1, cursor: first })).rejects.toMatchObject({
+      code: 'CURSOR_INVALID',
+    });
+    await store.close();
+  });
 
   it('stays exact when two processes race on the same keys, are killed with SIGKILL, and two more settle them', async () => {
     const p = `${prefix}race:`;
