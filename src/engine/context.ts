@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { InvalidArgumentError } from '../core/errors.js';
 import { stableUuid } from '../core/ids.js';
 import type { StoredRecord } from '../core/record.js';
 
@@ -25,6 +26,12 @@ export interface RunContext {
   stableId(scope: string): string;
   /** A key for the i-th sub-effect of this intent (`<key>:<i>`), stable across retries. Call it as a method. */
   subKey(index: number | string): string;
+  /**
+   * Under `claimIn` (claim first): the open transaction the outcome is written in, so it commits
+   * with the function's own writes there. Call it before the function returns; without it the
+   * outcome gets a transaction of `claimIn`'s own. Refused (INVALID_ARGUMENT) for any other run.
+   */
+  completeIn(tx: unknown): void;
 }
 
 /**
@@ -41,9 +48,20 @@ export class ExecutionContext implements RunContext {
   readonly traceId: string;
   #requestId: string | undefined;
   readonly #lease: { readonly signal: AbortSignal } | undefined;
+  readonly #claimFirst: boolean;
+  /** The transaction named by `completeIn`, where the outcome is written; undefined until then. */
+  completion: unknown;
 
-  /** `lease` keeps the claim alive; without one (inside a caller's transaction) the signal never fires. */
-  constructor(record: StoredRecord, lease: { readonly signal: AbortSignal } | undefined, requestId?: string) {
+  /**
+   * `lease` keeps the claim alive; without one (inside a caller's transaction) the signal never
+   * fires. `claimFirst`: the claim was committed on its own (`claimIn`), so `completeIn` applies.
+   */
+  constructor(
+    record: StoredRecord,
+    lease: { readonly signal: AbortSignal } | undefined,
+    requestId?: string,
+    claimFirst = false,
+  ) {
     this.idempotencyKey = record.key;
     this.action = record.action;
     this.tenant = record.tenant;
@@ -52,6 +70,7 @@ export class ExecutionContext implements RunContext {
     this.traceId = record.traceId;
     this.#lease = lease;
     this.#requestId = requestId;
+    this.#claimFirst = claimFirst;
   }
 
   get requestId(): string {
@@ -69,5 +88,12 @@ export class ExecutionContext implements RunContext {
 
   subKey(index: number | string): string {
     return `${this.idempotencyKey}:${index}`;
+  }
+
+  completeIn(tx: unknown): void {
+    if (!this.#claimFirst)
+      throw new InvalidArgumentError('completeIn applies to a run with claimIn; this run joins its own tx, if any');
+    if (tx === undefined || tx === null) throw new InvalidArgumentError('completeIn needs an open transaction');
+    this.completion = tx;
   }
 }

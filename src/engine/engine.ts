@@ -27,7 +27,7 @@ import type { Expectation, RecordPatch, RecordStore, WriteOptions } from '../sto
 import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
 import { CallCounts, type CountedCall, RAN } from './counts.js';
-import { LeaseKeeper } from './lease.js';
+import { type ClaimIn, LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
 import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
 import {
@@ -78,6 +78,12 @@ export interface RunRequest<I = unknown> extends ActionOptions {
   tenant?: string;
   /** A caller's open transaction to join (SQLite and PostgreSQL stores). */
   tx?: unknown;
+  /**
+   * Claim first (effects outside the database): the claim, renewals, takeover, unknown mark, release
+   * or stored failure each in a transaction `claimIn` opens and commits, so a crash leaves the claim
+   * to `onLeaseExpired`; the outcome joins the transaction `fn` names with `ctx.completeIn(tx)`. Not with `tx`.
+   */
+  claimIn?: ClaimIn;
   /** The intent's trace id, made at the entry and the same across retries; the first claim keeps it. Default a new UUID. */
   traceId?: string;
   /** This physical attempt's id (an HTTP request id); default a new UUID. */
@@ -106,6 +112,7 @@ export interface WrapOptions<I> extends ActionOptions {
   reconcile?: Reconcile;
 }
 
+export type { ClaimIn } from './lease.js';
 export type { ListOptions, RecordList, Resolution, ResolveOptions } from './records.js';
 
 const WAIT_POLL_MIN_MS = 10;
@@ -381,6 +388,10 @@ export class Oncely {
     const print = fingerprint(request.input);
     if (request.traceId !== undefined) validateId(request.traceId, 'traceId');
     if (request.requestId !== undefined) validateId(request.requestId, 'requestId');
+    if (request.claimIn !== undefined && (typeof request.claimIn !== 'function' || request.tx !== undefined))
+      throw new InvalidArgumentError(
+        'claimIn must be a function of a write, and excludes tx (the claim is committed first)',
+      );
     const observer = this.observer;
     const track = new Track(request, id.tenant);
     const tracer = observer.activeTracer;
@@ -466,9 +477,10 @@ export class Oncely {
     fn: (ctx: RunContext) => Promise<T> | T,
     track: Track,
   ): Promise<RunResult<T>> {
-    const { tx } = request;
-    // Inside a caller's transaction a record may yet roll back: it is neither cached nor answered from the cache.
-    const cache = tx === undefined ? this.cache : undefined;
+    const { tx, claimIn } = request;
+    // Inside a caller's transaction a record may yet roll back: it is neither cached nor answered
+    // from the cache; nor under claimIn, whose outcome commits with the function's transaction.
+    const cache = tx === undefined && claimIn === undefined ? this.cache : undefined;
     const hit = cache?.get(id, Date.now());
     if (hit) {
       track.found = true;
@@ -503,7 +515,8 @@ export class Oncely {
         // Under 'hold' a vanished claim must survive until someone decides, so it never expires.
         expiresAt: options.onLeaseExpired === 'hold' ? null : options.ttlMs,
       };
-      const found = await this.call(() => this.store.insertOrGet(fresh, tx, RELATIVE));
+      const insert = (t: unknown) => this.store.insertOrGet(fresh, t, RELATIVE);
+      const found = await this.call(() => (claimIn ? claimIn(insert) : insert(tx)));
       if (found.inserted) return this.execute(found.record, options, tx, fn, sent, track);
       const record = found.record;
       track.record = record;
@@ -526,7 +539,9 @@ export class Oncely {
           throw new OutcomeUnknownError(publicRecord(record));
         case 'mark_unknown': {
           const patch: RecordPatch = { state: 'unknown', leaseUntil: null, expiresAt: null, updatedAt: 0 };
-          const applied = await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE));
+          const applied = await this.call(() =>
+            this.write(track, tx, (t) => this.store.update(id, seenAs(record), patch, t, RELATIVE)),
+          );
           if (applied !== null) {
             track.outcome = 'unknown';
             throw new OutcomeUnknownError(publicRecord(record, absolute(patch, applied)));
@@ -554,7 +569,9 @@ export class Oncely {
             patch.createdAt = 0;
             if (record.settlement) patch.settlement = null;
           }
-          const applied = await this.call(() => this.store.update(id, seenAs(record), patch, tx, RELATIVE));
+          const applied = await this.call(() =>
+            this.write(track, tx, (t) => this.store.update(id, seenAs(record), patch, t, RELATIVE)),
+          );
           if (applied !== null) {
             // The claim as stored: its times count from the store's clock when the write applied.
             const claimed: StoredRecord = {
@@ -602,9 +619,11 @@ export class Oncely {
     claimedAt: number,
     track: Track,
   ): Promise<RunResult<T>> {
+    const { claimIn } = track;
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
-    const keeper = tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt) : undefined;
-    const ctx = new ExecutionContext(record, keeper, track.knownRequestId());
+    const keeper =
+      tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt, claimIn) : undefined;
+    const ctx = new ExecutionContext(record, keeper, track.knownRequestId(), claimIn !== undefined);
     track.record = record;
     track.ctx = ctx;
     let value: T;
@@ -612,16 +631,20 @@ export class Oncely {
       value = await (track.span ? withSpan(track.span, () => fn(ctx)) : fn(ctx));
     } catch (error) {
       keeper?.stop();
+      // Claim first: written in the transaction fn named, else (fn's rolled back) in one of claimIn's own.
+      if (claimIn) tx = ctx.completion;
       if (storesError(options.onError, error)) return this.storeFailure(record, error, options, tx, keeper, track);
       track.outcome = 'released';
       const patch: RecordPatch = { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt: options.ttlMs };
+      const release = (t: unknown) =>
+        this.store.update(record, { fence: record.fence, states: ['in_progress'] }, patch, t, RELATIVE);
       // If the release cannot be written, the lease runs out and the policy decides; the caller's error matters more.
-      await this.store
-        .update(record, { fence: record.fence, states: ['in_progress'] }, patch, tx, RELATIVE)
-        .catch(() => null);
+      await this.write(track, tx, release).catch(() => null);
       throw error;
     }
     keeper?.stop();
+    // Claim first: the outcome commits with fn's own writes, in the transaction it named.
+    if (claimIn) tx = ctx.completion;
     let result: string;
     try {
       result = encodeValue(value);
@@ -691,14 +714,14 @@ export class Oncely {
     const holder: Expectation = { fence: record.fence, states: COMPLETABLE };
     let applied: number | null;
     try {
-      applied = await this.store.update(record, holder, patch, tx, RELATIVE);
+      applied = await this.write(track, tx, (t) => this.store.update(record, holder, patch, t, RELATIVE));
     } catch (error) {
       track.outcome = 'store_unavailable';
       // The function ran: a store failure now is not "nothing ran". Inside a caller's transaction a
       // failed statement dooms it, so there is nothing to retry there.
       if (error instanceof OncelyError || tx !== undefined || !keeper)
         throw completionFailure(error, record, value, failure);
-      applied = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure);
+      applied = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure, track);
       track.outcome = patch.state === 'succeeded' ? 'executed' : 'failed_stored';
     }
     if (applied === null) {
@@ -725,6 +748,7 @@ export class Oncely {
     first: unknown,
     value: unknown,
     failure: unknown,
+    track: Track,
   ): Promise<number | null> {
     const deadline = Date.now() + options.completionRetryMs;
     let pause = COMPLETION_RETRY_FIRST_MS;
@@ -735,9 +759,11 @@ export class Oncely {
         await sleep(Math.min(pause, Math.max(deadline - Date.now(), 1)));
         pause = Math.min(pause * 2, COMPLETION_RETRY_MAX_MS);
         try {
-          const applied = await this.store.update(record, holder, patch, undefined, RELATIVE);
+          const applied = await this.write(track, undefined, (t) =>
+            this.store.update(record, holder, patch, t, RELATIVE),
+          );
           if (applied !== null) return applied;
-          const stored = await this.store.get(record);
+          const stored = await this.write(track, undefined, (t) => this.store.get(record, t));
           // An earlier attempt landed: it set updatedAt to the time it applied at (0 from its now).
           const landed =
             stored?.fence === record.fence && stored.state === patch.state && stored.result === patch.result;
@@ -751,6 +777,11 @@ export class Oncely {
       keeper.stop();
     }
     throw completionFailure(last, record, value, failure);
+  }
+
+  /** A record write of a call: in `tx`, or (claim first, no transaction named) in one of claimIn's own. */
+  private write<R>(track: Track, tx: unknown, op: (tx: unknown) => Promise<R>): Promise<R> {
+    return tx === undefined && track.claimIn ? track.claimIn(op) : op(tx);
   }
 
   /** The stored outcome, as a duplicate gets it; `record` becomes the caller's. */
@@ -830,6 +861,8 @@ class Track implements CountedCall {
   readonly key: string;
   readonly givenRequestId: string | undefined;
   readonly tenant: string;
+  /** The request's claimIn: claim-first writes go through it. */
+  readonly claimIn: ClaimIn | undefined;
   outcome: CallOutcome = 'store_unavailable';
   found = false;
   takenOver = false;
@@ -843,6 +876,7 @@ class Track implements CountedCall {
     this.key = request.key;
     this.tenant = tenant;
     this.givenRequestId = request.requestId;
+    this.claimIn = request.claimIn;
   }
 
   private ownId: string | undefined;

@@ -3,6 +3,9 @@ import type { StoredRecord } from '../core/record.js';
 import { keepRenewing, type Renewable, renewalPeriod, stopRenewing } from '../core/renewals.js';
 import type { RecordPatch, RecordStore, WriteOptions } from '../store.js';
 
+/** Runs `write` in a transaction of its own, committed when it resolves (a RunRequest's `claimIn`). */
+export type ClaimIn = <R>(write: (tx: unknown) => Promise<R>) => Promise<R>;
+
 // Renewals write the lease as a duration from the store's clock (see WriteOptions).
 const RELATIVE: WriteOptions = { relative: true };
 
@@ -27,6 +30,8 @@ export class LeaseKeeper implements Renewable {
     private readonly record: StoredRecord,
     private readonly leaseMs: number,
     claimedAt: number,
+    // Claim first: each renewal in a transaction of the run's claimIn (on SQLite never beside an open one).
+    private readonly claimIn?: ClaimIn,
   ) {
     this.expires = claimedAt + leaseMs;
     this.period = renewalPeriod(leaseMs);
@@ -43,13 +48,9 @@ export class LeaseKeeper implements Renewable {
   private async write(sent: number): Promise<void> {
     const patch: RecordPatch = { leaseUntil: this.leaseMs, updatedAt: 0 };
     try {
-      const applied = await this.store.update(
-        this.record,
-        { fence: this.record.fence, states: ['in_progress'] },
-        patch,
-        undefined,
-        RELATIVE,
-      );
+      const renewal = (tx: unknown) =>
+        this.store.update(this.record, { fence: this.record.fence, states: ['in_progress'] }, patch, tx, RELATIVE);
+      const applied = await (this.claimIn ? this.claimIn(renewal) : renewal(undefined));
       // A renewal answered after the function settled (and its outcome was written) has nothing to keep.
       if (this.stopped) return;
       if (applied !== null) this.expires = sent + this.leaseMs;

@@ -3,6 +3,8 @@ import { basename, extname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
+import type { LeaseExpiredPolicy } from '../core/record.js';
+import type { ErrorPolicy } from '../engine/options.js';
 import type { Reconcile } from '../engine/reconcile.js';
 import type { AnyFlow } from '../flows/define.js';
 import type { HostConfig } from './config.js';
@@ -21,10 +23,56 @@ export interface InputSchema {
   };
 }
 
+/**
+ * Where a handler's or consumer's effects land. 'database' (the default): one transaction holds
+ * the claim, the writes and the outcome, all or nothing. 'external' (it calls a payment gateway, a
+ * mailer): the claim is committed first, so a crash mid-call leaves it for `onLeaseExpired`.
+ */
+export type Effects = 'database' | 'external';
+
+/** What a handler or consumer declares about its claim, beside its `reconcile`. */
+export interface ClaimDeclarations {
+  /** Where its effects land; default 'database' (README "Handlers with external effects"). */
+  effects?: Effects;
+  /** How long its claim holds without renewal; renewed every third of it while it runs. Default 30s. */
+  lease?: Duration;
+  /** effects 'external': a claim whose process died: 'retry' (default) lets the next caller take over, 'hold' turns it unknown. */
+  onLeaseExpired?: LeaseExpiredPolicy;
+  /** effects 'external': thrown errors to store and replay ('store' or a predicate); default none: the key is released. */
+  onError?: ErrorPolicy;
+}
+
+/** The claim declarations of a module, checked: CONFIG_INVALID naming `where` for a bad one. */
+export function claimDeclarations(
+  module: ClaimDeclarations & { idempotency?: { lease?: Duration } },
+  where: string,
+): ClaimDeclarations & { external: boolean } {
+  const { effects = 'database', onLeaseExpired, onError } = module;
+  if (effects !== 'database' && effects !== 'external')
+    throw new OncelyError('CONFIG_INVALID', `${where}: effects must be 'database' or 'external'`);
+  const external = effects === 'external';
+  // In one transaction nobody else ever sees the claim: a crash or a throw rolls it back with the rest.
+  if (!external && (onLeaseExpired !== undefined || onError !== undefined))
+    throw new OncelyError('CONFIG_INVALID', `${where}: onLeaseExpired and onError need effects: 'external'`);
+  if (onLeaseExpired !== undefined && onLeaseExpired !== 'retry' && onLeaseExpired !== 'hold')
+    throw new OncelyError('CONFIG_INVALID', `${where}: onLeaseExpired must be 'retry' or 'hold'`);
+  if (onError !== undefined && onError !== 'release' && onError !== 'store' && typeof onError !== 'function')
+    throw new OncelyError('CONFIG_INVALID', `${where}: onError must be 'release', 'store' or a function of the error`);
+  const old = module.idempotency?.lease;
+  if (module.lease !== undefined && old !== undefined && toMs(module.lease, 'lease') !== toMs(old, 'lease'))
+    throw new OncelyError('CONFIG_INVALID', `${where}: lease and idempotency.lease differ; declare lease only`);
+  const lease = module.lease ?? old;
+  if (lease !== undefined) toMs(lease, `${where}: lease`);
+  return { external, effects, lease, onLeaseExpired, onError };
+}
+
 /** What a file in `handlers/<group>/<name>.ts` exports. */
-export interface HandlerModule {
+export interface HandlerModule extends ClaimDeclarations {
   handle(input: unknown, ctx: HostContext): unknown;
-  /** Whether a key is required, which input fields build it when the request sends none, and how long it replays. */
+  /**
+   * Whether a key is required, which input fields build it when the request sends none, and how
+   * long it replays; `lease` is the former place of the module's `lease`.
+   */
   idempotency?: { required?: boolean; keyFields?: readonly string[]; ttl?: Ttl; lease?: Duration };
   input?: InputSchema;
   /** A sample input: `oncely serve` and `GET /` print a ready curl line with it. */
@@ -44,7 +92,7 @@ export interface RequiresContext {
 export const DEFAULT_REQUIRES_WITHIN = '1h';
 
 /** What a file in `consumers/<source>/<type>.ts` exports. */
-export interface ConsumerModule {
+export interface ConsumerModule extends ClaimDeclarations {
   handle(event: HostEvent, ctx: HostContext): unknown;
   /** Ordering by business version: events older than the aggregate's stored version are `stale`. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
@@ -87,6 +135,7 @@ export async function loadApp(folder: string): Promise<App> {
     if (typeof module.handle !== 'function')
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(input, ctx)`);
     checkReconcile(module, file);
+    claimDeclarations(module, file);
     handlers.set(`${group}.${name}`, module);
   }
   const consumers = new Map<string, ConsumerModule>();
@@ -95,6 +144,7 @@ export async function loadApp(folder: string): Promise<App> {
     if (typeof module.handle !== 'function')
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(event, ctx)`);
     checkReconcile(module, file);
+    claimDeclarations(module, file);
     requiresWithinMs(module, file);
     consumers.set(`${source}/${type}`, module);
   }

@@ -1,17 +1,24 @@
 import { OncelyError } from '../core/errors.js';
-import type { Oncely } from '../engine/engine.js';
+import type { Sql } from '../db/types.js';
+import type { RunContext } from '../engine/context.js';
+import type { ClaimIn, Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
-import { type ConsumerModule, requiresWithinMs } from './app.js';
+import { type ConsumerModule, claimDeclarations, requiresWithinMs } from './app.js';
+import { claimFirst } from './claim-first.js';
 import type { HostConfig } from './config.js';
 import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
 import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
 import type { ConsumerBinding } from './events.js';
 import type { AppSchema } from './schema.js';
+import type { TxCounts } from './totals.js';
+import type { HostEvent } from './types.js';
 
 /** What a consumer needs from the host. */
 export interface ConsumeDeps {
   once: Oncely;
+  /** A transaction of the host's Db for a claim-first write (effects 'external'). */
+  claimIn: ClaimIn;
   config: HostConfig;
   schema: () => AppSchema;
   flows: Flows | undefined;
@@ -43,26 +50,64 @@ export function bindConsumer(
   const ms = timeoutMs(consumer.timeout, deps.config.timeout);
   const what = `consumer ${source}/${type}`;
   const action = consumerAction(source, type);
+  const { external, lease, onLeaseExpired, onError } = claimDeclarations(consumer, what);
   const { requires } = consumer;
+  // Under the consumer's timeout too: a prerequisite that hangs must not hold the event's lock.
+  const prerequisite: ConsumerBinding['requires'] = requires && {
+    withinMs: requiresWithinMs(consumer, what),
+    holds: async (event, tx) => {
+      if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
+      const held = await withinTimeout(tx, ms, `requires of ${what}`, async (guarded) => {
+        const { get, find } = createDataStore(guarded, schema());
+        return requires.call(consumer, event, { store: { get, find } });
+      });
+      if (typeof held !== 'boolean')
+        throw new OncelyError('INVALID_ARGUMENT', `requires of ${what} must answer true or false, not ${typeof held}`);
+      return held;
+    },
+  };
+  const run = (event: HostEvent, tx: Sql, ctx: RunContext, counts: TxCounts) =>
+    withinTimeout(tx, ms, what, async (guarded) => {
+      await consumer.handle(
+        event,
+        hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, {
+          flows,
+          logger,
+          count: counts.count,
+        }),
+      );
+      return null;
+    });
+  if (external)
+    return {
+      ordering: consumer.ordering,
+      requires: prerequisite,
+      // Before the queue's transaction, committed on its own: a crash mid-call leaves the claim.
+      claimFirst: (event) =>
+        claimFirst(once, {
+          action,
+          key: event.id,
+          input: event.data,
+          claimIn: deps.claimIn,
+          ttl: CONSUMER_TTL,
+          lease,
+          onLeaseExpired,
+          onError,
+          surface: 'consumer',
+        }),
+      handle: async (event, tx, counts, claimed) => {
+        if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
+        // Answered (a replay): the consumer ran before, and the event is applied without it.
+        if (claimed?.kind === 'claimed') {
+          await run(event, tx, claimed.context, counts);
+          await claimed.complete(tx.handle);
+        }
+        await counts.engine('consumer', action);
+      },
+    };
   return {
     ordering: consumer.ordering,
-    // Under the consumer's timeout too: a prerequisite that hangs must not hold the event's lock.
-    requires: requires && {
-      withinMs: requiresWithinMs(consumer, what),
-      holds: async (event, tx) => {
-        if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
-        const held = await withinTimeout(tx, ms, `requires of ${what}`, async (guarded) => {
-          const { get, find } = createDataStore(guarded, schema());
-          return requires.call(consumer, event, { store: { get, find } });
-        });
-        if (typeof held !== 'boolean')
-          throw new OncelyError(
-            'INVALID_ARGUMENT',
-            `requires of ${what} must answer true or false, not ${typeof held}`,
-          );
-        return held;
-      },
-    },
+    requires: prerequisite,
     handle: async (event, tx, counts) => {
       if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
       await once.run(
@@ -72,20 +117,10 @@ export function bindConsumer(
           input: event.data,
           tx: tx.handle,
           ttl: CONSUMER_TTL,
+          lease,
           surface: 'consumer',
         },
-        (ctx) =>
-          withinTimeout(tx, ms, what, async (guarded) => {
-            await consumer.handle(
-              event,
-              hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, {
-                flows,
-                logger,
-                count: counts.count,
-              }),
-            );
-            return null;
-          }),
+        (ctx) => run(event, tx, ctx, counts),
       );
       // The engine's counts of this run commit with the event's completion.
       await counts.engine('consumer', action);

@@ -6,6 +6,7 @@ import { backoffDelay } from '../core/backoff.js';
 import { OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 import type { Claim, Statement, WorkQueue } from '../work/index.js';
+import type { ClaimedFirst } from './claim-first.js';
 import type { ClaimedRow } from './event-sql.js';
 import * as q from './event-sql.js';
 import type { TxCounts } from './totals.js';
@@ -20,7 +21,13 @@ export interface ConsumerBinding {
    * Runs the consumer inside `tx` (the host wraps it with the idempotency engine, key = event id);
    * `counts` counts in that transaction (the outbox messages it enqueues, the engine's run).
    */
-  handle(event: HostEvent, tx: Sql, counts: TxCounts): Promise<void>;
+  handle(event: HostEvent, tx: Sql, counts: TxCounts, claimed?: ClaimedFirst): Promise<void>;
+  /**
+   * effects 'external': claims the event's record before the queue's transaction opens, committed
+   * on its own; `handle` then gets it, and a delivery that does not complete it (a throw, a stale
+   * or waiting event, another worker's claim of the event) abandons it after that transaction ended.
+   */
+  claimFirst?(event: HostEvent): Promise<ClaimedFirst>;
   /** Ordering by business version: an event older than (or equal to) the stored version of its aggregate is `stale` and not applied. */
   ordering?: { aggregate(event: HostEvent): string; version(event: HostEvent): number };
   /**
@@ -94,11 +101,12 @@ export async function applyEvent(
   claim: Claim<ClaimedRow>,
   tx: Sql,
   counts: TxCounts,
+  claimed?: ClaimedFirst,
 ): Promise<{ outcome: 'applied' | 'stale'; woke: boolean } | Wait> {
   if (!binding.ordering) {
     const wait = await unmet(binding, event, claim, tx, undefined);
     if (wait) return wait;
-    await binding.handle(event, tx, counts);
+    await binding.handle(event, tx, counts, claimed);
     return { outcome: 'applied', woke: false };
   }
   const aggregate = binding.ordering.aggregate(event);
@@ -123,7 +131,7 @@ export async function applyEvent(
     return { reason: `behind version ${held.earliest} of aggregate ${aggregate}, which waits`, order };
   const wait = await unmet(binding, event, claim, tx, order);
   if (wait) return wait;
-  await binding.handle(event, tx, counts);
+  await binding.handle(event, tx, counts, claimed);
   await run(tx, q.writeVersion(version, aggregate));
   const woke = held?.latest != null && Number(held.latest) > version;
   if (woke) await run(tx, q.wakeLater(aggregate, version, Date.now()));

@@ -8,6 +8,7 @@ import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, type RetryPlan, type Statement, WorkQueue } from '../work/index.js';
+import type { ClaimedFirst } from './claim-first.js';
 import { applyEvent, type ConsumerBinding, defer } from './event-delivery.js';
 import * as q from './event-sql.js';
 import { logFailure } from './failure-log.js';
@@ -406,15 +407,17 @@ export class EventQueue {
     });
     // 'fenced_off': another worker claimed the event since; this delivery wrote nothing.
     let outcome = 'fenced_off' as EventOutcome | 'fenced_off';
+    let claimed: ClaimedFirst | undefined;
     let wait: { nextAt: number; reason: string } | undefined;
     let woke = false;
     try {
+      claimed = await binding.claimFirst?.(event);
       await withSpan(span, () =>
         this.totals.transaction(async (tx, counts) => {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const result = await applyEvent(binding, event, claim, tx, counts);
+          const result = await applyEvent(binding, event, claim, tx, counts, claimed);
           if ('reason' in result) {
             const delays = { baseDelayMs: this.baseDelayMs, maxDelayMs: this.maxDelayMs };
             const deferred = await defer(this.work, delays, tx, claim, result);
@@ -434,10 +437,14 @@ export class EventQueue {
         }),
       );
     } catch (error) {
+      // After the rollback: a claim-first record is released (or its failure stored) on its own.
+      if (claimed?.kind === 'claimed') await claimed.abandon(error);
       const dead = this.plan(claim, error).dead;
       endSpan(span, { 'oncely.outcome': dead ? 'dead_lettered' : 'retrying' }, error);
       throw error;
     }
+    // Stale or fenced off, the consumer did not complete: its claim is released (nothing after a completion).
+    if (claimed?.kind === 'claimed') await claimed.abandon(new Error(`event ${event.id} was ${outcome}, not applied`));
     endSpan(span, { 'oncely.outcome': outcome });
     const decided = { source: event.source, type: event.type, id: event.id };
     if (outcome === 'stale') this.decide({ decision: 'stale', ...decided });

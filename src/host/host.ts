@@ -8,7 +8,7 @@ import { Observer } from '../core/observer.js';
 import { contextFromHeaders, endSpan, startSpan, withContext } from '../core/tracing.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
-import { createOncely, type Oncely } from '../engine/engine.js';
+import { type ClaimIn, createOncely, type Oncely } from '../engine/engine.js';
 import type { ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
 import { createFlows, type Flows } from '../flows/flows.js';
 import type { HttpResponse } from '../http/response.js';
@@ -106,6 +106,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const { logger, onDecision } = app.config;
   const observer = new Observer({ logger, onDecision, metrics });
   const totals = new Totals(db, metrics);
+  // Claim-first writes (effects 'external'): each in a transaction of the Db, on SQLite in its queue.
+  const claimIn: ClaimIn = (write) => db.transaction((tx) => write(tx.handle));
   const once = await createOncely({ store, tenant: 'default', logger, onDecision, metrics });
   registerReconcilers(once, app);
   let reconciles: Scheduled | undefined;
@@ -125,7 +127,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     app.flows.length > 0 ? await createFlows({ db, flows: app.flows, logger, onDecision, metrics }) : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
-    return consumer && bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows });
+    return (
+      consumer &&
+      bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows, claimIn })
+    );
   };
   const events = new EventQueue(db, {
     consumerFor,
@@ -150,6 +155,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     schema: currentSchema,
     flows,
     afterCommit: () => relay.wake(),
+    claimIn,
   });
 
   const stats = async (): Promise<HostStats> => {

@@ -5,13 +5,14 @@ import type { DecisionEvent, Observer } from '../core/observer.js';
 import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import { CallCounts } from '../engine/counts.js';
-import type { Oncely } from '../engine/engine.js';
+import type { ClaimIn, Oncely } from '../engine/engine.js';
+import { type ErrorPolicy, storesError } from '../engine/options.js';
 import type { Flows } from '../flows/flows.js';
-import { IdempotencyGate } from '../http/gate.js';
+import { IdempotencyGate, type RequestFacts } from '../http/gate.js';
 import { REQUEST_ID_HEADER, readIdHeader, readKeyHeader, TRACE_HEADER } from '../http/header.js';
 import { problemFor } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
-import type { App, HandlerModule } from './app.js';
+import { type App, claimDeclarations, type HandlerModule } from './app.js';
 import { byteLimit, readBodyCapped } from './body.js';
 import { hostContext } from './context.js';
 import { createDataStore } from './data-store.js';
@@ -41,6 +42,8 @@ export interface InvokeDeps {
   schema: () => AppSchema;
   flows: Flows | undefined;
   afterCommit(): void;
+  /** A transaction of the host's Db for a claim-first write (effects 'external'): on SQLite, in the Db's queue. */
+  claimIn: ClaimIn;
 }
 
 /** What the gate of a handler knows of a request: its resolved tenant. */
@@ -61,12 +64,19 @@ interface Bound {
   action: string;
   gate: IdempotencyGate<Invocation>;
   timeoutMs: number;
+  /** effects 'external': the claim is committed before the handler's transaction opens. */
+  external: boolean;
+  /** effects 'external': which thrown errors are stored (as the failure's envelope) instead of releasing the key. */
+  onError: ErrorPolicy;
 }
 
 /** The engine's action of a handler's runs (its records, its reconcile function): the gate's `POST <handler>`. */
 export function handlerAction(id: string): string {
   return `POST ${id}`;
 }
+
+/** Failures that say nothing about the handler's outcome (the database, the claim): never stored, whatever onError says. */
+const NEVER_STORED = new Set(['STORE_UNAVAILABLE', 'LEASE_LOST', 'OUTCOME_NOT_STORED']);
 
 /** How long a duplicate of a running key is told to wait before it retries. */
 const IN_PROGRESS_RETRY_MS = 1000;
@@ -91,13 +101,17 @@ export class Invoker {
     this.counts = new CallCounts(deps.totals.metrics);
     for (const [id, module] of app.handlers) {
       const declared = module.idempotency ?? {};
+      const { external, lease, onLeaseExpired, onError = 'release' } = claimDeclarations(module, `handler ${id}`);
       const gate = new IdempotencyGate<Invocation>(
         {
           once: deps.once,
           tenant: (invocation) => invocation.tenant,
           required: declared.required ?? true,
           ttl: declared.ttl,
-          lease: declared.lease,
+          lease,
+          onLeaseExpired,
+          // Claim first: every answer the host hands the gate is kept; onError chose the failures.
+          ...(external ? { storeStatuses: () => true } : {}),
           maxBodyBytes: this.maxBodyBytes,
           // Counted and decided as the host's handlers, not as HTTP middleware.
         },
@@ -108,6 +122,8 @@ export class Invoker {
         gate,
         action: handlerAction(id),
         timeoutMs: timeoutMs(module.timeout, app.config.timeout),
+        external,
+        onError,
       });
     }
   }
@@ -207,6 +223,10 @@ export class Invoker {
       );
     // The gate reads the ids from here: the request id made above, so the envelope and the engine agree.
     const headers = { 'x-request-id': ids.requestId, 'oncely-trace-id': ids.traceId };
+    if (handler.external && claim) {
+      const facts = { method: 'POST', route: id, header: undefined, key: claim.key, body: input, bodyBytes, headers };
+      return this.claimFirst(handler, id, tenant, facts, run, ids);
+    }
     try {
       const response = await totals.transaction(async (tx, counts) => {
         const { count } = counts;
@@ -241,35 +261,82 @@ export class Invoker {
     } catch (error) {
       // The handler threw, timed out or returned what JSON cannot carry: its transaction (record
       // included) rolled back, so nothing it wrote survives and the key is free again.
-      const e = error as { status?: unknown; code?: unknown; message?: unknown };
-      // A status the error chose, else its code's in the catalogue: a contract error of the caller
-      // (ctx.stableId without a key: 400 KEY_REQUIRED) is a 4xx, the server's own failures 5xx.
-      const status =
-        typeof e.status === 'number' && e.status >= 400 && e.status < 600
-          ? e.status
-          : error instanceof OncelyError
-            ? statusOf(error.code)
-            : 500;
-      logFailure(
-        logger,
-        'handler failed',
-        `${id}, key ${claim?.key ?? '(none)'}`,
-        { handler: id, key: claim?.key ?? null, status, requestId: ids.requestId },
-        error,
-      );
-      // Public: an OncelyError, or a 4xx the handler chose with a code. Anything else (a driver's
-      // SQL error, a bug) may carry internals, so the client gets a generic line and the log the rest.
-      const isPublic = error instanceof OncelyError || (status < 500 && typeof e.code === 'string');
-      const code = isPublic && typeof e.code === 'string' ? e.code : 'HANDLER_FAILED';
-      const message =
-        isPublic && typeof e.message === 'string' ? e.message : `handler ${id} failed; the server log has the error`;
-      // A database lost mid-request (a terminated connection, a failover) rolled everything back:
-      // 503 with Retry-After, as the gate answers a store outage, so the client retries the key.
-      if (error instanceof OncelyError && error.code === 'STORE_UNAVAILABLE') return asEnvelope(problemFor(error));
-      const answer = failure(status, code, message);
-      if (code === 'HANDLER_TIMEOUT') answer.headers['retry-after'] = '1';
+      return this.failed(error, id, claim?.key, ids);
+    }
+  }
+
+  /**
+   * effects 'external': the claim is committed first, in a transaction of its own; the handler
+   * then runs in its own transaction, where its outcome is written with the fenced completion, so
+   * its rows and its outcome commit together. A throw rolls that back, then the claim is released
+   * (or the failure's envelope stored, per onError) in a transaction of its own; a crash leaves
+   * the claim to the lease and onLeaseExpired.
+   */
+  private async claimFirst(
+    handler: Bound,
+    id: string,
+    tenant: string,
+    facts: RequestFacts & { key: string },
+    run: (tx: Sql, context: RunContext | undefined, count: Count) => Promise<HttpResponse>,
+    ids: Ids,
+  ): Promise<HttpResponse> {
+    const { totals, claimIn } = this.deps;
+    const start = await handler.gate.begin({ tenant }, facts, { claimIn });
+    if (start.kind === 'respond') return asEnvelope(start.response);
+    // The gate passes only keyless requests, and this one has a key.
+    if (start.kind === 'pass') throw new Error(`the gate passed keyed request ${facts.key} of ${id}`);
+    const execution = start.run;
+    try {
+      const response = await totals.transaction(async (tx, counts) => {
+        if (tx.dialect === 'postgres') await this.prepare(tx, handler.timeoutMs, undefined);
+        const answer = await execution.within(() => run(tx, execution.context, counts.count));
+        const finished = await execution.finish(answer, true, tx.handle);
+        await counts.engine('handler', handler.action);
+        return finished;
+      });
+      this.deps.afterCommit();
+      return response;
+    } catch (error) {
+      const answer = this.failed(error, id, facts.key, ids);
+      // After the rollback: on SQLite a write of claimIn waits for the transaction before it.
+      if (storesError(handler.onError, error) && !NEVER_STORED.has((error as { code?: string }).code ?? ''))
+        await execution.finish(answer, true);
+      else await execution.abandon(error);
       return answer;
     }
+  }
+
+  /** Logs a failed invocation and answers it: the handler's status and code when public, else 500 HANDLER_FAILED. */
+  private failed(error: unknown, id: string, key: string | undefined, ids: Ids): HttpResponse {
+    const { logger } = this.app.config;
+    const e = error as { status?: unknown; code?: unknown; message?: unknown };
+    // A status the error chose, else its code's in the catalogue: a contract error of the caller
+    // (ctx.stableId without a key: 400 KEY_REQUIRED) is a 4xx, the server's own failures 5xx.
+    const status =
+      typeof e.status === 'number' && e.status >= 400 && e.status < 600
+        ? e.status
+        : error instanceof OncelyError
+          ? statusOf(error.code)
+          : 500;
+    logFailure(
+      logger,
+      'handler failed',
+      `${id}, key ${key ?? '(none)'}`,
+      { handler: id, key: key ?? null, status, requestId: ids.requestId },
+      error,
+    );
+    // Public: an OncelyError, or a 4xx the handler chose with a code. Anything else (a driver's
+    // SQL error, a bug) may carry internals, so the client gets a generic line and the log the rest.
+    const isPublic = error instanceof OncelyError || (status < 500 && typeof e.code === 'string');
+    const code = isPublic && typeof e.code === 'string' ? e.code : 'HANDLER_FAILED';
+    const message =
+      isPublic && typeof e.message === 'string' ? e.message : `handler ${id} failed; the server log has the error`;
+    // A database lost mid-request (a terminated connection, a failover) rolled everything back:
+    // 503 with Retry-After, as the gate answers a store outage, so the client retries the key.
+    if (error instanceof OncelyError && error.code === 'STORE_UNAVAILABLE') return asEnvelope(problemFor(error));
+    const answer = failure(status, code, message);
+    if (code === 'HANDLER_TIMEOUT') answer.headers['retry-after'] = '1';
+    return answer;
   }
 
   /**

@@ -10,9 +10,12 @@ export interface Execution {
   readonly context: RunContext;
   /**
    * Stores (or releases) the captured response and returns the response to send. `complete` is
-   * false when the body was streamed or cut at maxBodyBytes, which is never stored half.
+   * false when the body was streamed or cut at maxBodyBytes, which is never stored half. `tx`
+   * (a claim-first run, the gate's `claimIn`): the open transaction the outcome is written in, with
+   * the handler's writes; if the engine could not write it there (the claim was taken over, the
+   * store failed), finish throws that error, so the caller rolls the handler's writes back too.
    */
-  finish(response: HttpResponse, complete: boolean): Promise<HttpResponse>;
+  finish(response: HttpResponse, complete: boolean, tx?: unknown): Promise<HttpResponse>;
   /** The handler threw, or will never answer: release the key for a retry. */
   abandon(reason: unknown): Promise<void>;
   /**
@@ -54,6 +57,9 @@ export class Claimed implements Execution {
   private reject!: (reason: unknown) => void;
   private reported = false;
   private timer: NodeJS.Timeout | undefined;
+  /** What finish rejected the outcome with (a response not kept), and what the engine's run failed with. */
+  private given: unknown;
+  private failure: unknown;
 
   /** `run` is the engine's run, settled: its result, or undefined when it failed; `trace` the execute span's context. */
   constructor(
@@ -68,20 +74,33 @@ export class Claimed implements Execution {
     });
   }
 
-  async finish(response: HttpResponse, complete: boolean): Promise<HttpResponse> {
+  async finish(response: HttpResponse, complete: boolean, tx?: unknown): Promise<HttpResponse> {
     if (!this.report()) return response;
+    if (tx !== undefined) this.context.completeIn(tx);
     // Adapters cut a body at maxBodyBytes while capturing; the host hands whole bodies, checked here.
     if (!complete || response.body.byteLength > this.policy.maxBodyBytes)
-      this.reject(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
-    else if (!this.policy.stores(response.status)) this.reject(new NotKept());
+      this.refuse(new OncelyError('RESPONSE_NOT_STORED', 'response streamed or over maxBodyBytes'));
+    else if (!this.policy.stores(response.status)) this.refuse(new NotKept());
     else this.resolve(encodeResponse(response, this.policy.keep));
     const done = await this.run;
+    // Claim first: the handler's writes in tx must not commit without the outcome the engine refused.
+    if (tx !== undefined && done === undefined && this.failure !== this.given) throw this.failure;
     // The handler's own headers win: an app that sets X-Request-Id itself keeps its value.
     const { headers } = response;
     headers['oncely-trace-id'] ??= this.context.traceId;
     headers['x-request-id'] ??= this.context.requestId;
     // Whatever happened to the record (released, lease lost, store down), this client gets its handler's response.
     return done === undefined ? response : withExpiry(response, done.record);
+  }
+
+  /** The engine's run of this claim failed with `error` (before `run` settles): finish reads it. */
+  ranInto(error: unknown): void {
+    this.failure = error;
+  }
+
+  private refuse(reason: unknown): void {
+    this.given = reason;
+    this.reject(reason);
   }
 
   within<T>(handler: () => T): T {

@@ -3,9 +3,10 @@ import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import type { Surface } from '../core/metrics.js';
+import type { LeaseExpiredPolicy } from '../core/record.js';
 import { contextFromHeaders, spanContext, withContext } from '../core/tracing.js';
 import type { RunContext } from '../engine/context.js';
-import type { Oncely, RunResult } from '../engine/engine.js';
+import type { ClaimIn, Oncely, RunResult } from '../engine/engine.js';
 import { Claimed, type Execution, type KeepPolicy } from './claim.js';
 import { REQUEST_ID_HEADER, readIdHeader, readKeyHeader, TRACE_HEADER } from './header.js';
 import { problemFor } from './problem.js';
@@ -37,6 +38,12 @@ export interface IdempotencyOptions<Req> {
   lease?: Duration;
   /** Wait this long for a concurrent first request instead of answering 409. Default: no wait. */
   wait?: Duration | false;
+  /**
+   * A claim whose holder vanished (its lease ran out): 'retry' lets the next request take over,
+   * 'hold' turns the record `unknown` and answers 409 OUTCOME_UNKNOWN until it is resolved.
+   * Default: the engine's ('retry' unless set).
+   */
+  onLeaseExpired?: LeaseExpiredPolicy;
   /**
    * What identifies "the same request": body fields to compare (with the method, route and request
    * target), or a function of the request. Default: method, route, request target and the whole body.
@@ -163,9 +170,11 @@ export class IdempotencyGate<Req> {
 
   /**
    * Decides what happens to a covered request: pass, answer now, or execute under a claim. With
-   * `tx` (a caller's open transaction) the claim and its outcome commit with the caller's writes.
+   * `tx` (a caller's open transaction) the claim and its outcome commit with the caller's writes;
+   * with `claimIn` the claim is committed first in a transaction of its own (the engine's
+   * `claimIn`), and `finish` names the transaction its outcome joins.
    */
-  async begin(req: Req, facts: RequestFacts, join: { tx?: unknown } = {}): Promise<GateStart> {
+  async begin(req: Req, facts: RequestFacts, join: { tx?: unknown; claimIn?: ClaimIn } = {}): Promise<GateStart> {
     const headers = facts.headers ?? NO_HEADERS;
     let ids: RequestIds;
     try {
@@ -197,7 +206,7 @@ export class IdempotencyGate<Req> {
           { method, action, target: facts.target, body: fingerprint ? pick(facts.body, fingerprint) : facts.body };
     // The caller's W3C trace, continued: the engine's span is a child of the caller's span.
     const parent = contextFromHeaders(headers);
-    return withContext(parent, () => this.claim(action, key, input, tenant, join.tx, ids));
+    return withContext(parent, () => this.claim(action, key, input, tenant, join, ids));
   }
 
   /** Claims the key and answers as soon as the engine decides: execute, replay, or a refusal's problem. */
@@ -206,7 +215,7 @@ export class IdempotencyGate<Req> {
     key: string,
     input: unknown,
     tenant: string | undefined,
-    tx: unknown,
+    { tx, claimIn }: { tx?: unknown; claimIn?: ClaimIn },
     ids: RequestIds,
   ): Promise<GateStart> {
     return new Promise<GateStart>((resolve, reject) => {
@@ -219,7 +228,7 @@ export class IdempotencyGate<Req> {
         return execution.outcome;
       };
       // The same option values on every request: the engine resolves them once and reuses them.
-      const { once, ttl, lease, wait } = this.options;
+      const { once, ttl, lease, wait, onLeaseExpired } = this.options;
       const { maxResultBytes, surface } = this;
       const { traceId, requestId } = ids;
       const request = {
@@ -228,9 +237,11 @@ export class IdempotencyGate<Req> {
         tenant,
         input,
         tx,
+        claimIn,
         ttl,
         lease,
         wait,
+        onLeaseExpired,
         onError: storesNotStored,
         maxResultBytes,
         surface,
@@ -250,6 +261,7 @@ export class IdempotencyGate<Req> {
           return result;
         },
         (error: unknown) => {
+          execution?.ranInto(error);
           if (execution === undefined) {
             if (error instanceof OncelyError) {
               const response = identified(problemFor(error), error.record?.traceId ?? traceId, requestId);
