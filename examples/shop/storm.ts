@@ -1,7 +1,8 @@
 /**
  * Storms the shop: every request and webhook arrives three times (two at once, one after a lost
- * response), some refunds before their payments, and one host is killed with SIGKILL while its
- * consumers run. Then counts every effect. Run: `node --import tsx examples/shop/storm.ts [--db <target>] [--hosts 3]`
+ * response), some refunds before their payments, one host is killed with SIGKILL mid-call to the
+ * payment gateway (payments.charge, effects 'external') and one while its consumers run. Then counts
+ * every effect, the gateway's charges per order among them. Run: `node --import tsx examples/shop/storm.ts [--db <target>] [--hosts 3]`
  * (needs `npm run build`: the hosts are the real `oncely serve`).
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
@@ -12,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openDb } from 'oncely/db';
 import { signStandardWebhook } from 'oncely/host';
+import { startGateway } from './gateway.js';
 
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const APP = fileURLToPath(new URL('.', import.meta.url));
@@ -31,9 +33,9 @@ export interface StormReport {
   problems: string[];
 }
 
-function startHost(db: string): Promise<HostProcess> {
+function startHost(db: string, gateway: string): Promise<HostProcess> {
   // A local demo: without SHOP_WEBHOOK_SECRET the hosts use the shop's public demo secret, as SECRET does.
-  const env = { ONCELY_DEMO: '1', ...process.env };
+  const env = { ONCELY_DEMO: '1', ...process.env, SHOP_GATEWAY_URL: gateway };
   const child = spawn(process.execPath, [CLI, 'serve', APP, '--db', db, '--port', '0'], { env });
   let stderr = '';
   child.stderr.on('data', (chunk) => {
@@ -90,7 +92,9 @@ export async function storm(
   orders = 20,
   print: (line: string) => void = () => {},
 ): Promise<StormReport> {
-  let hosts = await Promise.all(Array.from({ length: count }, () => startHost(db)));
+  const gateway = await startGateway();
+  const startOne = () => startHost(db, gateway.url);
+  let hosts = await Promise.all(Array.from({ length: count }, startOne));
   const database = await openDb(db);
   const live = () => hosts;
   const problems: string[] = [];
@@ -114,6 +118,38 @@ export async function storm(
         problems.push(`orders.create ${i} answered differently: ${[...bodies]}`);
       const created = JSON.parse(replies[0]?.body ?? '{}') as { data?: { orderId?: string } };
       ids[i] = created.data?.orderId ?? `missing-${i}`;
+    }),
+  );
+
+  // Every order is charged at the gateway; the first host is killed while its charge of order 0 is
+  // charged there but unanswered, and a replacement joins. The client retries with the same key until the lease lets
+  // another host take over.
+  const charge = (i: number) => (h: HostProcess) =>
+    post(h.url, '/v1/invoke/payments.charge', JSON.stringify({ orderId: ids[i] }), {
+      'idempotency-key': `"charge-${i}"`,
+    });
+  const held = gateway.holdFirst(ids[0] as string);
+  const lost = charge(0)(hosts[0] as HostProcess).catch(() => undefined);
+  await held;
+  (hosts[0] as HostProcess).child.kill('SIGKILL');
+  await lost;
+  hosts = [...hosts.slice(1), await startOne()];
+  print('storm: killed a host with SIGKILL mid-call to the gateway');
+  for (const deadline = Date.now() + 15_000; ; ) {
+    const reply = await deliver(live, 0, charge(0)).catch(() => undefined);
+    if (reply?.status === 200) break;
+    if (Date.now() > deadline) {
+      problems.push(`payments.charge 0 not taken over after 15 s: ${reply?.status} ${reply?.body}`);
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await Promise.all(
+    ids.map(async (_, i) => {
+      const replies = await thrice(live, charge(i));
+      const bodies = new Set(replies.map((r) => r.body.replace(/,"requestId":"[^"]*"/, '')));
+      if (bodies.size !== 1 || replies.some((r) => r.status !== 200))
+        problems.push(`payments.charge ${i} answered differently: ${[...bodies]}`);
     }),
   );
 
@@ -149,7 +185,7 @@ export async function storm(
         }
         const victim = hosts[0] as HostProcess;
         victim.child.kill('SIGKILL');
-        hosts = hosts.length > 1 ? hosts.slice(1) : [await startHost(db)];
+        hosts = hosts.length > 1 ? hosts.slice(1) : [await startOne()];
         print('storm: killed a host with SIGKILL mid-consumer');
       }
     }),
@@ -181,6 +217,8 @@ export async function storm(
         ]),
         sms: await count('SELECT COUNT(*) AS n FROM sms_sent WHERE text LIKE ?', [`%${orderId} %`]),
         refund: await count(`SELECT COUNT(*) AS n FROM ledger WHERE order_id = ? AND kind = 'refund'`, [orderId]),
+        charge: gateway.chargesOf(orderId).length,
+        'charge row': await count('SELECT COUNT(*) AS n FROM charges WHERE order_id = ?', [orderId]),
         cancelled: await count(`SELECT COUNT(*) AS n FROM parcels WHERE order_id = ? AND status = 'cancelled'`, [
           orderId,
         ]),
@@ -196,6 +234,7 @@ export async function storm(
       // A refunded order's payment may be stale: its refund was applied first (sent first, or its payment's host died).
       if (!refunded.has(orderId) && perOrder.payment !== 1) problems.push(`order ${orderId}: payment not applied`);
       const wantRefund = refunded.has(orderId) ? 1 : 0;
+      if (perOrder.charge !== 1 || perOrder['charge row'] !== 1) problems.push(`order ${orderId}: not charged once`);
       if (perOrder.refund !== wantRefund || perOrder.cancelled !== wantRefund)
         problems.push(`order ${orderId}: refund effects wrong`);
     }
@@ -213,6 +252,9 @@ export async function storm(
       (await count('SELECT COUNT(*) AS n FROM oncely_events WHERE attempts > 1')) +
       (await count('SELECT COUNT(*) AS n FROM oncely_outbox WHERE attempts > 1'));
     print(`storm: effects ${JSON.stringify(effects)}`);
+    // Posted by the killed host and again by the one that took over: the same key, so one charge.
+    if (gateway.posts('charge-0') < 2) problems.push('the charge killed mid-call was not taken over with its key');
+    print(`storm: gateway posts of the charge killed mid-call: ${gateway.posts('charge-0')}`);
     print(`storm: event outcomes ${JSON.stringify(outcomes)}, retried or reclaimed: ${reclaimed}`);
     print(
       problems.length === 0
@@ -223,6 +265,7 @@ export async function storm(
   } finally {
     await database.close();
     for (const host of hosts) host.child.kill('SIGTERM');
+    await gateway.close();
   }
 }
 
