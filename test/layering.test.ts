@@ -16,9 +16,26 @@ const SRC = resolve(dirname(fileURLToPath(import.meta.url)), '..', 'src');
 const LAYERS: readonly (readonly string[])[] = [
   ['core', 'store.ts', 'sqlite/driver.ts', 'postgres/driver.ts', 'redis/driver.ts'],
   ['db'],
-  ['sqlite', 'postgres', 'redis', 'work'],
+  ['sqlite', 'postgres', 'redis', 'mysql', 'work'],
   ['engine'],
-  ['http', 'express', 'fastify', 'hono', 'host', 'flows', 'agent', 'prometheus', 'brokers', 'ops'],
+  [
+    'http',
+    'express',
+    'fastify',
+    'hono',
+    'host',
+    'flows',
+    'agent',
+    'prometheus',
+    'brokers',
+    'ops',
+    'dashboard',
+    'fetch',
+    'nestjs',
+    'koa',
+    'client',
+    'testing',
+  ],
   ['cli', 'index.ts'],
 ];
 
