@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts the services the tests talk to (PostgreSQL, Redis, NATS with JetStream, RabbitMQ) when
+# Starts the services the tests talk to (PostgreSQL, MariaDB, Redis, NATS with JetStream, RabbitMQ) when
 # they are down, and waits until they answer. The tests never skip a missing service: they fail, so this runs before them.
 set -euo pipefail
 
@@ -41,3 +41,18 @@ if ! port_open 5672; then
 fi
 # RabbitMQ boots the Erlang VM first: up to a minute on a loaded machine.
 wait_for RabbitMQ "port_open 5672" 120
+
+if ! mariadb -h 127.0.0.1 -P 3306 -u root -e 'select 1' >/dev/null 2>&1; then
+  echo "services: starting MariaDB"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
+fi
+wait_for MariaDB "mariadb -h 127.0.0.1 -P 3306 -u root -e 'select 1'"
+mariadb -h 127.0.0.1 -P 3306 -u root -e 'create database if not exists test'
+
+# The dashboard's end-to-end tests drive Debian's Chromium (playwright-core never downloads a browser here).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "services: installing Chromium"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+fi
+chromium --version
