@@ -1,0 +1,13 @@
+/**
+ * oncely/testing: prove your own handlers, tools and flow steps have their effect once, under
+ * duplicate storms, crashes at each window and lost responses. Runner-agnostic: no test runner is
+ * imported here; results are returned as data and failures thrown as plain errors.
+ */
+export { type Fault, type FaultProxy, type FaultRule, faultProxy, type SeenRequest } from './fault-proxy.js';
+export {
+  type DownstreamCall,
+  type DownstreamEffect,
+  type RecordingDownstream,
+  type RecordingDownstreamOptions,
+  recordingDownstream,
+} from './recording-downstream.js';
