@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sleep } from '../core/backoff.js';
+import { type Clock, systemClock } from '../core/clock.js';
 import {
   InProgressError,
   InvalidArgumentError,
@@ -27,6 +28,7 @@ import type { Expectation, RecordPatch, RecordStore, WriteOptions } from '../sto
 import { ReplayCache } from './cache.js';
 import { ExecutionContext, type RunContext } from './context.js';
 import { CallCounts, type CountedCall, RAN } from './counts.js';
+import type { CrashWindow, TestHooks } from './hooks.js';
 import { type ClaimIn, LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
 import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
@@ -64,6 +66,13 @@ export interface OncelyOptions extends ObserveOptions {
   replayCache?: number;
   /** Reconcile functions by action, for `once.reconcile` (see also the `reconcile` option of `wrap` and `run`). */
   reconcile?: Record<string, Reconcile>;
+  /**
+   * Where the engine reads the time (a test's manual clock). Leases and TTLs are judged by the
+   * store's clock: give the same one to `sqliteStore({ clock })`. Default the system clock.
+   */
+  clock?: Clock;
+  /** Test only (oncely/testing's crash windows): called at each window of each execution. */
+  hooks?: TestHooks;
 }
 
 /** One business intent to run once. */
@@ -175,6 +184,8 @@ export class Oncely {
   private readonly observer: Observer;
   private readonly counts: CallCounts;
   private readonly reconcilers = new Map<string, Registered>();
+  private readonly clock: Clock;
+  private readonly hooks: TestHooks | undefined;
   private closed = false;
 
   constructor(options: OncelyOptions) {
@@ -189,6 +200,8 @@ export class Oncely {
     this.cache = replayCache ? new ReplayCache(replayCache) : undefined;
     this.observer = new Observer(options);
     this.counts = new CallCounts(this.observer.metrics);
+    this.clock = options.clock ?? systemClock;
+    this.hooks = options.hooks;
     for (const [action, reconcile] of Object.entries(options.reconcile ?? {}))
       this.registerReconcile(action, reconcile);
   }
@@ -232,6 +245,7 @@ export class Oncely {
         reconcilers: this.reconcilers,
         observer: this.observer,
         list: (query) => this.list(query),
+        now: () => this.clock.now(),
         settle: (record, answer, by) => {
           const ttlMs = this.reconcilers.get(record.action)?.ttlMs ?? this.resolvedDefaults.ttlMs;
           const settle = (tx?: unknown) => this.settleRecord(record, answer, { by }, ttlMs, 'reconciler', tx);
@@ -307,7 +321,7 @@ export class Oncely {
    */
   async list(options: ListOptions = {}): Promise<RecordList> {
     this.assertOpen();
-    const query = listQuery(options);
+    const query = listQuery(options, this.clock.now());
     const page = await this.call(() => this.store.list(query));
     return { records: page.records.map((record) => publicRecord(record)), cursor: page.cursor };
   }
@@ -344,7 +358,7 @@ export class Oncely {
     settler: 'person' | 'reconciler',
     tx?: unknown,
   ): Promise<PublicRecord> {
-    const { patch, answer } = settlementPatch(record, resolution, options, expiresAt);
+    const { patch, answer } = settlementPatch(record, resolution, options, expiresAt, this.clock.now());
     // The exact lease guards against a holder that renewed since it was read (a stalled look by this clock).
     const expect = { fence: record.fence, states: [record.state], leaseUntil: record.leaseUntil };
     const applied = await this.call(() => this.store.update(record, expect, patch, tx, RELATIVE));
@@ -360,7 +374,7 @@ export class Oncely {
     const batchSize = options.batchSize ?? PURGE_BATCH;
     if (!Number.isInteger(batchSize) || batchSize <= 0)
       throw new InvalidArgumentError('batchSize must be a positive integer');
-    const now = Date.now();
+    const now = this.clock.now();
     let total = 0;
     for (;;) {
       const deleted = await this.call(() => this.store.purgeExpired(now, batchSize));
@@ -481,7 +495,7 @@ export class Oncely {
     // Inside a caller's transaction a record may yet roll back: it is neither cached nor answered
     // from the cache; nor under claimIn, whose outcome commits with the function's transaction.
     const cache = tx === undefined && claimIn === undefined ? this.cache : undefined;
-    const hit = cache?.get(id, Date.now());
+    const hit = cache?.get(id, this.clock.now());
     if (hit) {
       track.found = true;
       track.record = hit.record;
@@ -620,6 +634,7 @@ export class Oncely {
     track: Track,
   ): Promise<RunResult<T>> {
     const { claimIn } = track;
+    if (this.hooks) await this.at('claimed', record);
     // Inside a caller's transaction nobody else can see the claim, so there is nothing to renew.
     const keeper =
       tx === undefined ? new LeaseKeeper(this.store, record, options.leaseMs, claimedAt, claimIn) : undefined;
@@ -628,6 +643,7 @@ export class Oncely {
     track.ctx = ctx;
     let value: T;
     try {
+      if (this.hooks) await this.at('before-effect', record);
       value = await (track.span ? withSpan(track.span, () => fn(ctx)) : fn(ctx));
     } catch (error) {
       keeper?.stop();
@@ -643,6 +659,7 @@ export class Oncely {
       throw error;
     }
     keeper?.stop();
+    if (this.hooks) await this.at('after-effect', record);
     // Claim first: the outcome commits with fn's own writes, in the transaction it named.
     if (claimIn) tx = ctx.completion;
     let result: string;
@@ -665,6 +682,7 @@ export class Oncely {
     const patch = finished('succeeded', result, options);
     track.outcome = 'executed';
     const done = await this.complete(record, patch, options, tx, keeper, decoded, undefined, track);
+    if (this.hooks) await this.at('completed', record);
     return { value: decoded, replayed: false, record: done };
   }
 
@@ -777,6 +795,11 @@ export class Oncely {
       keeper.stop();
     }
     throw completionFailure(last, record, value, failure);
+  }
+
+  /** Tells the test hooks a window of `record`'s execution was reached. */
+  private at(window: CrashWindow, record: StoredRecord): void | Promise<void> {
+    return this.hooks?.(window, { tenant: record.tenant, action: record.action, key: record.key, fence: record.fence });
   }
 
   /** A record write of a call: in `tx`, or (claim first, no transaction named) in one of claimIn's own. */

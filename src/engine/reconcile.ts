@@ -72,6 +72,8 @@ export interface Registered {
 export interface ReconcileDeps {
   reconcilers: ReadonlyMap<string, Registered>;
   observer: Observer;
+  /** The engine's clock. */
+  now(): number;
   /** One page of records (the engine's `list`). */
   list(query: {
     state: 'unknown' | 'in_progress';
@@ -140,7 +142,7 @@ async function* stalled(
     for (const record of page.records) {
       if (room() <= 0) return;
       // A live lease is a holder at work (renewing keeps it live), whatever its age.
-      if (record.state === 'in_progress' && (record.leaseUntil ?? 0) > Date.now()) continue;
+      if (record.state === 'in_progress' && (record.leaseUntil ?? 0) > deps.now()) continue;
       yield record;
     }
     if (page.cursor === null) return;

@@ -55,7 +55,7 @@ const STATES: readonly RecordState[] = ['in_progress', 'succeeded', 'failed', 'r
 const NOTE_MAX = 1_000;
 
 /** The store query of `list`'s filters, each checked: INVALID_ARGUMENT, or CURSOR_INVALID for an empty cursor. */
-export function listQuery(options: ListOptions): RecordQuery {
+export function listQuery(options: ListOptions, now: number): RecordQuery {
   const { state, action, tenant, olderThan, cursor } = options;
   const limit = options.limit ?? LIST_LIMIT_DEFAULT;
   if (!Number.isInteger(limit) || limit < 1 || limit > LIST_LIMIT_MAX)
@@ -69,7 +69,7 @@ export function listQuery(options: ListOptions): RecordQuery {
     ...(state ? { state } : {}),
     ...(action !== undefined ? { action: validateName(action, 'action') } : {}),
     ...(tenant !== undefined ? { tenant: validateName(tenant, 'tenant') } : {}),
-    ...(olderThan !== undefined ? { updatedBefore: Date.now() - toMs(olderThan, 'olderThan') } : {}),
+    ...(olderThan !== undefined ? { updatedBefore: now - toMs(olderThan, 'olderThan') } : {}),
     ...(cursor ? { cursor } : {}),
   };
 }
@@ -89,10 +89,11 @@ export function settlementPatch(
   resolution: Resolution,
   options: { by?: string; note?: string },
   expiresAt: number | null,
+  now: number,
 ): { patch: RecordPatch; answer: 'value' | 'error' | 'retry' } {
   const by = checkSettler(options.by ?? 'person');
   checkNote(options.note);
-  const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= Date.now();
+  const stalled = record.state === 'in_progress' && (record.leaseUntil ?? 0) <= now;
   if (record.state !== 'unknown' && !stalled)
     throw new OncelyError(
       'NOT_RESOLVABLE',
@@ -102,7 +103,7 @@ export function settlementPatch(
       },
     );
   const answer = resolution === 'retry' ? 'retry' : 'value' in resolution ? 'value' : 'error';
-  const settlement = { by, at: Date.now(), answer, ...(options.note ? { note: options.note } : {}) } as const;
+  const settlement = { by, at: now, answer, ...(options.note ? { note: options.note } : {}) } as const;
   const finished = { leaseUntil: null, completedAt: 0, updatedAt: 0, expiresAt, settlement };
   if (resolution === 'retry')
     return { patch: { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt, settlement }, answer };

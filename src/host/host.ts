@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type ServerType, serve } from '@hono/node-server';
 import { Hono } from 'hono';
+import type { Clock } from '../core/clock.js';
 import { toMs } from '../core/duration.js';
 import { ERRORS, OncelyError } from '../core/errors.js';
 import { Metrics } from '../core/metrics.js';
@@ -9,8 +10,10 @@ import { contextFromHeaders, endSpan, startSpan, withContext } from '../core/tra
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import { type ClaimIn, createOncely, type Oncely } from '../engine/engine.js';
+import type { TestHooks } from '../engine/hooks.js';
 import type { ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
 import { createFlows, type Flows } from '../flows/flows.js';
+import { dashboardShell } from '../dashboard/shell.js';
 import type { HttpResponse } from '../http/response.js';
 import { adminRoutes } from '../ops/admin.js';
 import { adminMigrations } from '../ops/admin-audit.js';
@@ -24,6 +27,7 @@ import {
 } from '../ops/duplicates.js';
 import { type PurgeReport, purge, retentionSettings } from '../ops/retention.js';
 import { type Scheduled, schedule } from '../ops/schedule.js';
+import { sampleEveryMinute, seriesMigrations } from '../ops/series.js';
 import type { RecordStore } from '../store.js';
 import type { App } from './app.js';
 import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
@@ -79,6 +83,10 @@ export interface HostOptions {
   metrics?: Metrics;
   /** The admin API's bearer token; default `ONCELY_ADMIN_TOKEN`; with neither, the admin API answers loopback clients only. */
   adminToken?: string;
+  /** The engine's clock (a test's manual clock); the host's queues and the database keep their own. */
+  clock?: Clock;
+  /** Test only (oncely/testing's crash windows): the engine's hooks at each window of each execution. */
+  hooks?: TestHooks;
 }
 
 const APP_SCHEMA_DDL =
@@ -108,7 +116,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const totals = new Totals(db, metrics);
   // Claim-first writes (effects 'external'): each in a transaction of the Db, on SQLite in its queue.
   const claimIn: ClaimIn = (write) => db.transaction((tx) => write(tx.handle));
-  const once = await createOncely({ store, tenant: 'default', logger, onDecision, metrics });
+  const { clock, hooks } = options;
+  const once = await createOncely({ store, tenant: 'default', logger, onDecision, metrics, clock, hooks });
   registerReconcilers(once, app);
   let reconciles: Scheduled | undefined;
   const reconcileOnce = (options: ReconcileOptions = {}) =>
@@ -194,6 +203,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     c.body(statsJson({ code: 0, data: await stats() }), 200, { 'content-type': 'application/json' }),
   );
   http.route('/v1/admin', adminRoutes({ db, once, events, flows, stats, metrics, token }));
+  // The dashboard's pages hold no data: each of its reads is an admin API call, under its protection.
+  http.route('/oncely', dashboardShell({ api: '/v1/admin' }));
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
     return c.body(text, 200, { 'content-type': type });
@@ -253,6 +264,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const scanner = new DuplicateScanner(db, totals, () => effects, { logger });
   let scans: Scheduled | undefined;
   let purges: Scheduled | undefined;
+  let samples: Scheduled | undefined;
   // Aborted by stop(): a pass under way ends after its current batch, not after its last table.
   const stopping = new AbortController();
   const purgeOnce = (options: { dryRun?: boolean } = {}) =>
@@ -263,6 +275,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     await migrateTables(db, outboxMigrations);
     await migrateTables(db, duplicatesMigrations);
     await migrateTables(db, adminMigrations);
+    await migrateTables(db, seriesMigrations);
     await db.transaction(async (tx) => {
       // One migrator at a time across processes: SQLite's write lock, PostgreSQL's advisory lock.
       await migrationLock(tx);
@@ -313,6 +326,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
           logger,
           firstAfterMs: Math.min(retention.everyMs, 60_000),
         });
+      // The dashboard's charts: the rates' totals once a minute.
+      samples = sampleEveryMinute(db, async () => (await stats()).rateTotals, { logger });
       if (reconciling) reconciles = schedule('reconcile', reconciling.everyMs, () => reconcileOnce(), { logger });
       // The first scan soon after start: a process restarted more often than `every` still scans.
       if (scanEveryMs !== null && effects.length > 0)
@@ -338,6 +353,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     async stop() {
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       await scans?.stop();
+      await samples?.stop();
       // A purge under way ends its batch first: the database closes below.
       stopping.abort();
       await purges?.stop();

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { OncelyError } from '../core/errors.js';
 import { openDb } from '../db/index.js';
 import { loadApp } from './app.js';
-import { createHost, type Host } from './host.js';
+import { createHost, type Host, type HostOptions } from './host.js';
 import { recordStoreFor } from './records.js';
 
 /**
@@ -12,7 +12,11 @@ import { recordStoreFor } from './records.js';
  * part of the app to change, and leaves no connection open.
  * @example const host = await openHost('examples/shop'); await host.start(3000);
  */
-export async function openHost(dir: string, db?: string, options: { poolSize?: number } = {}): Promise<Host> {
+export async function openHost(
+  dir: string,
+  db?: string,
+  options: { poolSize?: number } & Pick<HostOptions, 'clock' | 'hooks'> = {},
+): Promise<Host> {
   const app = await loadApp(dir).catch((error: unknown) => {
     throw new OncelyError('CONFIG_INVALID', `cannot load the app in ${dir}: ${oneLine(error)}`, { cause: error });
   });
@@ -21,7 +25,7 @@ export async function openHost(dir: string, db?: string, options: { poolSize?: n
   });
   let host: Host;
   try {
-    host = await createHost(app, database, recordStoreFor(database));
+    host = await createHost(app, database, recordStoreFor(database), { clock: options.clock, hooks: options.hooks });
   } catch (error) {
     await database.close();
     throw error;

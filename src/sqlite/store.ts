@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { type Clock, systemClock } from '../core/clock.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type Settlement, type StoredRecord } from '../core/record.js';
@@ -38,6 +39,8 @@ export interface SqliteStoreOptions {
   durability?: 'full' | 'normal';
   /** How long a writer waits for another process's write lock, in ms. Default 5000. */
   busyTimeoutMs?: number;
+  /** The store's clock, which judges leases and TTLs: a test's manual clock (the engine's `clock` too). Default the system clock. */
+  clock?: Clock;
 }
 
 interface Statements {
@@ -56,7 +59,7 @@ const prepared = new WeakMap<SqliteDatabase, Statements>();
 const preparing = new WeakMap<SqliteDatabase, Promise<Statements>>();
 
 // The time fields of a patch; in a relative write each is milliseconds from the store's now. One
-// host shares one SQLite file, so its clock (Date.now()) is the store's clock.
+// host shares one SQLite file, so its clock (Date.now(), or the `clock` option) is the store's clock.
 const TIMES = ['leaseUntil', 'createdAt', 'updatedAt', 'completedAt', 'expiresAt'] as const;
 
 /**
@@ -69,9 +72,11 @@ export class SqliteStore implements RecordStore {
   private readonly db: SqliteDatabase;
   private readonly owned: boolean;
   private readonly writes: GroupCommit;
+  private readonly clock: Clock;
 
   constructor(options: SqliteStoreOptions = {}) {
     const { path = './.oncely/oncely.db', database, durability = 'full', busyTimeoutMs = 5_000 } = options;
+    this.clock = options.clock ?? systemClock;
     if (durability !== 'full' && durability !== 'normal')
       throw new InvalidArgumentError("durability must be 'full' or 'normal'");
     if (database) {
@@ -98,11 +103,11 @@ export class SqliteStore implements RecordStore {
     const s = prepared.get(db) ?? (await this.prepare(db));
     // Reading first keeps replays off the write lock; the insert below still decides who claims.
     const existing = fromRow(s.select.get(pick(record)));
-    if (existing) return { inserted: false, record: existing, now: Date.now() };
+    if (existing) return { inserted: false, record: existing, now: this.clock.now() };
     const { settlement } = record;
     const attempt = (): InsertResult => {
       // The times are taken when the write applies (in the group commit), not when it was queued.
-      const now = Date.now();
+      const now = this.clock.now();
       const stored = options?.relative ? absoluteRecord(record, now) : record;
       if (settlement) stored.settlement = settlement;
       const changes = settlement
@@ -138,7 +143,7 @@ export class SqliteStore implements RecordStore {
     const relative = options?.relative === true;
     const attempt = (): number | null => {
       // Taken when the write applies (in the group commit): the relative times count from it.
-      const now = Date.now();
+      const now = this.clock.now();
       if (relative) {
         for (const field of TIMES) {
           const ms = params[field];
