@@ -6,18 +6,24 @@ import { decodeRecord } from './codec.js';
 import { LIST_INDEX, LIST_SCAN } from './list-scripts.js';
 import { INDEXED_STATES, type RedisScript } from './scripts.js';
 
-/** A listing as its script runs it: the script, its EVALSHA arguments, and which of the two it is. */
+/**
+ * A listing as its script runs it: the script, its EVALSHA arguments, which of the two it is, and
+ * the shard it reads of how many (see cluster.ts; a single Redis is one shard).
+ */
 export interface ListRequest {
   script: RedisScript;
   args: string[];
   index: boolean;
+  shard: number;
+  shards: number;
 }
 
 /**
  * Where a listing goes on: at an SSCAN cursor of its index (`i`) or a SCAN cursor of the keyspace
- * (`s`), '' when that scan is done, after its pending members (`p`) in either case.
+ * (`s`), '' when that scan is done, after its pending members (`p`) in either case; on a cluster,
+ * in shard `k` (absent on a single Redis, so its cursors are those it always gave).
  */
-type Cursor = { i: string; p: string[] } | { s: string; p: string[] };
+type Cursor = ({ i: string } | { s: string }) & { p: string[]; k?: number };
 
 const LIMIT_MAX = 1_000;
 const SCAN_CURSOR = /^(0|[1-9][0-9]*)?$/;
@@ -48,14 +54,16 @@ function part(m: string, at: number): { text: string; end: number } | null {
   return { text: m.slice(start, end), end: end + 1 };
 }
 
-function decodeListCursor(text: string): Cursor {
+function decodeListCursor(text: string, shards: number): Cursor {
   const value = decodeCursor(text);
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalidCursor();
   const fields = Object.keys(value);
   const c = value as Record<string, unknown>;
   const at = typeof c.i === 'string' ? c.i : c.s;
+  const sharded = shards > 1;
   if (
-    fields.length === 2 &&
+    fields.length === (sharded ? 3 : 2) &&
+    (!sharded || (Number.isInteger(c.k) && (c.k as number) >= 0 && (c.k as number) < shards)) &&
     (typeof c.i === 'string') !== (typeof c.s === 'string') &&
     typeof at === 'string' &&
     SCAN_CURSOR.test(at) &&
@@ -63,22 +71,30 @@ function decodeListCursor(text: string): Cursor {
     c.p.every((m) => typeof m === 'string' && parseMember(m)) &&
     (at !== '' || c.p.length > 0)
   )
-    return typeof c.i === 'string' ? { i: at, p: c.p as string[] } : { s: at, p: c.p as string[] };
+    return {
+      ...(typeof c.i === 'string' ? { i: at } : { s: at }),
+      p: c.p as string[],
+      ...(sharded ? { k: c.k as number } : {}),
+    };
   throw invalidCursor();
 }
 
 /**
- * The script run of one page of `query` on the store under `prefix`: `in_progress` and `unknown`
- * from their index (LIST_INDEX), every other listing by SCAN (LIST_SCAN). A cursor of the other
- * kind than the query needs is CURSOR_INVALID, as is any text no listing gave.
+ * The script run of one page of `query` on the store whose shards are under `prefixes` (one on a
+ * single Redis): `in_progress` and `unknown` from their index (LIST_INDEX), every other listing by
+ * SCAN (LIST_SCAN), in the cursor's shard. A cursor of the other kind than the query needs is
+ * CURSOR_INVALID, as is any text no listing gave.
  */
-export function listRequest(prefix: string, query: RecordQuery): ListRequest {
+export function listRequest(prefixes: string[], query: RecordQuery): ListRequest {
   const { state, tenant, action, updatedBefore, limit } = query;
   if (!Number.isInteger(limit) || limit < 1 || limit > LIMIT_MAX)
     throw new InvalidArgumentError(`redis store: limit must be a whole number from 1 to ${LIMIT_MAX}`);
   if (updatedBefore !== undefined && !Number.isFinite(updatedBefore))
     throw new InvalidArgumentError('redis store: updatedBefore must be a number of epoch ms');
-  const cursor = query.cursor === undefined ? undefined : decodeListCursor(query.cursor);
+  const cursor = query.cursor === undefined ? undefined : decodeListCursor(query.cursor, prefixes.length);
+  const shard = cursor?.k ?? 0;
+  const prefix = prefixes[shard] as string;
+  const at = { shard, shards: prefixes.length };
   const filters = [
     state ?? '',
     tenant === undefined ? '' : `=${tenant}`,
@@ -95,22 +111,29 @@ export function listRequest(prefix: string, query: RecordQuery): ListRequest {
     if (cursor && !('i' in cursor)) throw invalidCursor();
     const args = [LIST_INDEX.sha, '1', `${prefix}i:${state}`, ...filters, cursor ? cursor.i : '0', start];
     if (cursor) for (const m of cursor.p) args.push(m);
-    return { script: LIST_INDEX, args, index: true };
+    return { script: LIST_INDEX, args, index: true, ...at };
   }
   if (cursor && !('s' in cursor)) throw invalidCursor();
   const args = [LIST_SCAN.sha, '1', `${prefix}i:${INDEXED_STATES[0]}`, ...filters, cursor ? cursor.s : '0', start];
   if (cursor) for (const m of cursor.p) args.push(m);
-  return { script: LIST_SCAN, args, index: false };
+  return { script: LIST_SCAN, args, index: false, ...at };
 }
 
-/** The page of a listing script's answer to `request`. */
-export function listPage(request: ListRequest, reply: unknown): RecordPage {
+/**
+ * The page of a listing script's answer to `request`, and whether its cursor starts the next
+ * shard (the request's shard was read to its end, so the caller may go on at once).
+ */
+export function listPage(request: ListRequest, reply: unknown): { page: RecordPage; fresh: boolean } {
   if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
   const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
-  const at = String(scan);
-  const p = pending.map(String);
-  if (at === '' && p.length === 0) return { records: records(pairs), cursor: null };
-  return { records: records(pairs), cursor: encodeCursor(request.index ? { i: at, p } : { s: at, p }) };
+  let at = String(scan);
+  let p = pending.map(String);
+  let k = request.shard;
+  const done = at === '' && p.length === 0;
+  if (done && k + 1 === request.shards) return { page: { records: records(pairs), cursor: null }, fresh: false };
+  if (done) [at, p, k] = ['0', [], k + 1];
+  const cursor = { ...(request.index ? { i: at } : { s: at }), p, ...(request.shards > 1 ? { k } : {}) };
+  return { page: { records: records(pairs), cursor: encodeCursor(cursor) }, fresh: done };
 }
 
 // A client with a Buffer type mapping answers Buffers: String() reads those too.

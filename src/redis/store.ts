@@ -11,6 +11,19 @@ import type {
   WriteOptions,
 } from '../store.js';
 import {
+  type Durability,
+  dispose,
+  evalScript,
+  isCluster,
+  type OwnedClient,
+  openClient,
+  type RedisClientLike,
+  type RedisClusterNode,
+  type Senders,
+  senders,
+} from './client.js';
+import { shardOf, shardPrefixes } from './cluster.js';
+import {
   answers,
   encodeRecord,
   expiryOf,
@@ -26,44 +39,31 @@ import { REINDEX } from './list-scripts.js';
 import { listPage, listRequest } from './listing.js';
 import { GET, INDEX_KEYS, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
-export { recordKey };
+export { ownedClientOptions } from './client.js';
+export { type RedisClientLike, type RedisClusterNode, recordKey };
 
 /**
- * A connected client of either Node driver, of which the store calls one method: an ioredis
- * client's `call`, or a node-redis 4, 5 or 6 client's `sendCommand` (a cluster client of either
- * is not supported). A client passed in stays the caller's: the store never closes it.
+ * Where the store finds Redis: a URL it connects to itself (with ioredis), the nodes of a Redis
+ * Cluster it connects to itself (an ioredis `Cluster`), or a client the caller owns.
  */
-export type RedisClientLike =
-  | { call(command: string, args: string[]): Promise<unknown> }
-  | { sendCommand(args: string[]): Promise<unknown> };
-
-/** Where the store finds Redis: a URL it connects to itself (with ioredis), or a client the caller owns. */
-export type RedisStoreOptions = ({ url: string; client?: undefined } | { client: RedisClientLike; url?: undefined }) & {
+export type RedisStoreOptions = (
+  | { url: string; client?: undefined; cluster?: undefined }
+  | { cluster: RedisClusterNode[]; url?: undefined; client?: undefined }
+  | { client: RedisClientLike; url?: undefined; cluster?: undefined }
+) & {
   /** Prepended to every key the store writes; defaults to 'oncely:'. An ioredis client's own keyPrefix comes before it. */
   prefix?: string;
-  /** With `url`: how long a command (connecting included) may wait for Redis before it fails; default 5000 ms. */
+  /** With `url` or `cluster`: how long a command (connecting included) may wait for Redis before it fails; default 5000 ms. */
   timeoutMs?: number;
+  /**
+   * Answer a write only once this many replicas have it (WAIT after each script run, on the same
+   * connection), else fail it (STORE_UNAVAILABLE) after half of timeoutMs; default 0. Redis
+   * replicates asynchronously: without it, a master that dies right after answering may take the
+   * write with it, and the replica promoted in its place never saw it (a claim lost that way lets
+   * a second caller execute the key again). With 1, a write answered survives its master's death.
+   */
+  replicas?: number;
 };
-
-/** Sends one raw command and resolves with its reply. */
-type Send = (command: string, args: string[]) => Promise<unknown>;
-
-// What the store needs from the ioredis client it created. Declared here, not imported, because
-// `ioredis` is an optional peer dependency: its types must not leak into the public declarations.
-interface Ioredis {
-  readonly status: string;
-  call(command: string, args: string[]): Promise<unknown>;
-  connect(): Promise<unknown>;
-  quit(): Promise<unknown>;
-  disconnect(): void;
-  on(event: 'error', listener: (error: unknown) => void): unknown;
-}
-
-/** The client the store made, and its `call` bound once for the batches to send through. */
-interface OwnedClient {
-  readonly io: Ioredis;
-  readonly send: Send;
-}
 
 /**
  * Most records in one script run. Large enough to amortise EVALSHA; small on purpose, so a burst
@@ -76,6 +76,13 @@ export const MAX_BATCH = 8;
 
 /** Script runs of one kind in flight at once; callers arriving meanwhile wait for the next run. */
 const MAX_IN_FLIGHT = 8;
+
+/**
+ * Script runs of one kind in flight at once per shard of a cluster (cluster.ts): fewer than on a
+ * single Redis, since the shards' runs are in flight side by side, and a shard's callers only
+ * coalesce once its runs are all out.
+ */
+const SHARD_IN_FLIGHT = 2;
 
 /** An insert waiting for its batch: the record, and its ARGV as its script (INSERT or INSERT_GIVEN) reads them. */
 interface Insert {
@@ -90,58 +97,88 @@ interface Update {
 }
 
 /**
+ * The keys and batches of one shard: the whole store on a single Redis, one hash tag on a
+ * cluster (see cluster.ts). A script run names the keys of one shard only, so on a cluster all
+ * its keys are in one slot.
+ */
+interface Shard {
+  readonly prefix: string;
+  // The index keys every writing script names first (see INDEXED_STATES).
+  readonly indexKeys: string[];
+  // No `distinct` for updates: the script applies one batch's writes in order, each checked
+  // against the record the previous one left, exactly as separate calls in arrival order would
+  // run; and batches in flight together run in the order they were sent, on one connection (on a
+  // cluster, one per node: a record's runs all go to its slot's master). (PostgreSQL needs it
+  // because one UPDATE statement cannot change a row twice.) Errors of one record come back as
+  // that record's answer (see scripts.ts), so a failed batch is a failed command for all, never
+  // retried item by item: its earlier records may already be written. Two kinds of insert, each
+  // its own runs: concurrent calls, so either order is one they could have run in.
+  readonly inserts: Batcher<Insert, InsertResult>;
+  readonly givenInserts: Batcher<Insert, InsertResult>;
+  readonly updates: Batcher<Update, number | null>;
+  readonly reads: Batcher<RecordId, StoredRecord | null>;
+}
+
+/**
  * A record store on Redis: each record is one string, and Redis expires records itself; the
  * in_progress and unknown records are also members of a set per state (`<prefix>i:<state>`,
  * kept by the same script runs that write the records), which `list` reads instead of the keyspace.
  * Concurrent calls of one kind are coalesced into atomic Lua script runs of up to MAX_BATCH records (one
  * EVALSHA each, sent at once while fewer than MAX_IN_FLIGHT are out, so a lone call waits for
- * nothing). It cannot join a caller's SQL transaction. Not for Redis Cluster: a batch's script
- * names the keys of many records, which must all live on one node, so it needs a single
- * (standalone) Redis; a cluster client is not supported. Made by `redisStore` (index.ts).
+ * nothing). It cannot join a caller's SQL transaction. On Redis Cluster the records are spread
+ * over SHARDS hash tags, each with its own index sets and batches (cluster.ts), since a script
+ * run must name keys of one slot; a single Redis keeps the one layout it always had. Made by
+ * `redisStore` (index.ts).
  */
 export class RedisStore implements RecordStore {
   readonly kind = 'redis';
-  private readonly prefix: string;
-  // The index keys every writing script names first (see INDEXED_STATES).
-  private readonly indexKeys: string[];
+  private readonly shards: Shard[];
   private readonly timeoutMs: number;
-  private readonly url: string | undefined;
-  private readonly given: Send | undefined;
+  private readonly target: string | RedisClusterNode[] | undefined;
+  private readonly durability: Durability;
+  private readonly given: Senders | undefined;
   // The client the store made, from creation on (also while it connects), until it is dropped.
   private owned: OwnedClient | undefined;
   private connecting: Promise<OwnedClient> | undefined;
   private closed = false;
-  // No `distinct` for updates: the script applies one batch's writes in order, each checked
-  // against the record the previous one left, exactly as separate calls in arrival order would
-  // run; and batches in flight together run in the order they were sent, on one connection.
-  // (PostgreSQL needs it because one UPDATE statement cannot change a row twice.) Errors of one
-  // record come back as that record's answer (see scripts.ts), so a failed batch is a failed
-  // command for all, never retried item by item: its earlier records may already be written.
-  // Two kinds of insert, each its own runs: concurrent calls, so either order is one they could
-  // have run in.
-  private readonly inserts: Batcher<Insert, InsertResult>;
-  private readonly givenInserts: Batcher<Insert, InsertResult>;
-  private readonly updates: Batcher<Update, number | null>;
-  private readonly reads: Batcher<RecordId, StoredRecord | null>;
 
   constructor(options: RedisStoreOptions) {
-    const { prefix = 'oncely:', timeoutMs = 5_000 } = options;
+    const { prefix = 'oncely:', timeoutMs = 5_000, replicas = 0 } = options;
     if (typeof prefix !== 'string') throw new InvalidArgumentError('redisStore: prefix must be a string');
     if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
       throw new InvalidArgumentError('redisStore: timeoutMs must be a positive integer');
-    if ((options.url === undefined) === (options.client === undefined)) {
-      throw new InvalidArgumentError('redisStore: give exactly one of `url` or `client`');
-    }
-    this.prefix = prefix;
-    this.indexKeys = indexKeys(prefix);
+    if (!Number.isInteger(replicas) || replicas < 0)
+      throw new InvalidArgumentError('redisStore: replicas must be a whole number');
+    const given = [options.url, options.cluster, options.client].filter((v) => v !== undefined);
+    if (given.length !== 1)
+      throw new InvalidArgumentError('redisStore: give exactly one of `url`, `cluster` or `client`');
+    if (options.cluster !== undefined && (!Array.isArray(options.cluster) || options.cluster.length === 0))
+      throw new InvalidArgumentError('redisStore: `cluster` must list at least one { host, port }');
     this.timeoutMs = timeoutMs;
-    this.url = options.url;
-    this.given = options.client ? sender(options.client) : undefined;
-    const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT };
-    this.inserts = new Batcher((items: Insert[]) => this.insertMany(INSERT, items), batching);
-    this.givenInserts = new Batcher((items: Insert[]) => this.insertMany(INSERT_GIVEN, items), batching);
-    this.updates = new Batcher((items: Update[]) => this.updateMany(items), batching);
-    this.reads = new Batcher((ids: RecordId[]) => this.getMany(ids), batching);
+    this.target = options.url ?? options.cluster;
+    // WAIT's own timeout, so a write short of replicas is answered before the store's timer fires.
+    this.durability = { replicas, ms: Math.max(1, Math.floor(timeoutMs / 2)) };
+    this.given = options.client ? senders(options.client, this.durability) : undefined;
+    const cluster = options.cluster !== undefined || (options.client !== undefined && isCluster(options.client));
+    // Braces in the prefix would be the keys' hash tag, putting every shard in one slot.
+    if (cluster && /[{}]/.test(prefix))
+      throw new InvalidArgumentError('redisStore: a prefix on Redis Cluster may not contain { or }');
+    const batching = { maxBatch: MAX_BATCH, maxInFlight: cluster ? SHARD_IN_FLIGHT : MAX_IN_FLIGHT };
+    this.shards = (cluster ? shardPrefixes(prefix) : [prefix]).map((p) => {
+      const shard: Shard = {
+        prefix: p,
+        indexKeys: indexKeys(p),
+        inserts: new Batcher((items: Insert[]) => this.insertMany(shard, INSERT, items), batching),
+        givenInserts: new Batcher((items: Insert[]) => this.insertMany(shard, INSERT_GIVEN, items), batching),
+        updates: new Batcher((items: Update[]) => this.updateMany(shard, items), batching),
+        reads: new Batcher((ids: RecordId[]) => this.getMany(shard, ids), batching),
+      };
+      return shard;
+    });
+  }
+
+  private shard(id: RecordId): Shard {
+    return (this.shards.length === 1 ? this.shards[0] : this.shards[shardOf(id)]) as Shard;
   }
 
   // Each hands back its batch's own promise (an Error answer rejects just its caller, see
@@ -151,8 +188,9 @@ export class RedisStore implements RecordStore {
   insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
     try {
       refuseTransaction(tx);
-      if (options?.relative) return this.inserts.push({ record, args: relativeRecordArgs(record) });
-      return this.givenInserts.push({ record, args: [encodeRecord(record), expiryOf(record)] });
+      const shard = this.shard(record);
+      if (options?.relative) return shard.inserts.push({ record, args: relativeRecordArgs(record) });
+      return shard.givenInserts.push({ record, args: [encodeRecord(record), expiryOf(record)] });
     } catch (error) {
       return Promise.reject(error);
     }
@@ -167,7 +205,7 @@ export class RedisStore implements RecordStore {
   ): Promise<number | null> {
     try {
       refuseTransaction(tx);
-      return this.updates.push({ id, args: updateArgs(expect, patch, options?.relative === true) });
+      return this.shard(id).updates.push({ id, args: updateArgs(expect, patch, options?.relative === true) });
     } catch (error) {
       return Promise.reject(error);
     }
@@ -176,7 +214,7 @@ export class RedisStore implements RecordStore {
   get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
     try {
       refuseTransaction(tx);
-      return this.reads.push(id);
+      return this.shard(id).reads.push(id);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -185,11 +223,20 @@ export class RedisStore implements RecordStore {
   /**
    * A page of `query`: `in_progress` and `unknown` from their index by SSCAN (dropping members
    * whose record expired or moved on), other listings by SCAN. A page may hold fewer records than
-   * `limit`, even none, before the end: only a null cursor says the listing is done.
+   * `limit`, even none, before the end: only a null cursor says the listing is done. On a cluster
+   * the shards are listed one after the other, and one page goes on into the next shard while it
+   * has room and the shard before was read to its end.
    */
   async list(query: RecordQuery): Promise<RecordPage> {
-    const request = listRequest(this.prefix, query);
-    return listPage(request, await this.send(request.script, request.args));
+    const prefixes = this.shards.map((s) => s.prefix);
+    const records: StoredRecord[] = [];
+    let request = listRequest(prefixes, query);
+    for (;;) {
+      const { page, fresh } = listPage(request, await this.send(request.script, request.args));
+      records.push(...page.records);
+      if (page.cursor === null || !fresh || records.length >= query.limit) return { records, cursor: page.cursor };
+      request = listRequest(prefixes, { ...query, limit: query.limit - records.length, cursor: page.cursor });
+    }
   }
 
   /**
@@ -199,14 +246,16 @@ export class RedisStore implements RecordStore {
    * @example await redisStore({ url }).reindex();
    */
   async reindex(): Promise<number> {
-    let cursor = '0';
     let added = 0;
-    do {
-      const args = [REINDEX.sha, String(INDEX_KEYS), ...this.indexKeys, cursor, '1000'];
-      const [next, count] = (await this.send(REINDEX, args)) as [unknown, unknown];
-      cursor = String(next);
-      added += Number(count);
-    } while (cursor !== '0');
+    for (const shard of this.shards) {
+      let cursor = '0';
+      do {
+        const args = [REINDEX.sha, String(INDEX_KEYS), ...shard.indexKeys, cursor, '1000'];
+        const [next, count] = (await this.send(REINDEX, args)) as [unknown, unknown];
+        cursor = String(next);
+        added += Number(count);
+      } while (cursor !== '0');
+    }
     return added;
   }
 
@@ -231,12 +280,12 @@ export class RedisStore implements RecordStore {
   // One EVALSHA per batch: KEYS are the index keys and the records' keys, ARGV their slots, back to back.
   // INSERT for records whose times are ms from Redis's now (the engine's), INSERT_GIVEN for
   // absolute ones.
-  private async insertMany(script: RedisScript, items: Insert[]): Promise<(InsertResult | Error)[]> {
-    const args = [script.sha, String(items.length + INDEX_KEYS), ...this.indexKeys];
-    for (const item of items) args.push(recordKey(this.prefix, item.record));
+  private async insertMany(shard: Shard, script: RedisScript, items: Insert[]): Promise<(InsertResult | Error)[]> {
+    const args = [script.sha, String(items.length + INDEX_KEYS), ...shard.indexKeys];
+    for (const item of items) args.push(recordKey(shard.prefix, item.record));
     for (const item of items) for (const arg of item.args) args.push(arg);
     // One answer per record, then Redis's clock.
-    const reply = answers(await this.send(script, args), items.length, 1);
+    const reply = answers(await this.send(script, args, true), items.length, 1);
     const now = Number(reply[items.length]);
     const relative = script === INSERT;
     const out: (InsertResult | Error)[] = [];
@@ -246,16 +295,16 @@ export class RedisStore implements RecordStore {
     return out;
   }
 
-  private async updateMany(items: Update[]): Promise<(number | null | Error)[]> {
-    const args = [UPDATE.sha, String(items.length + INDEX_KEYS), ...this.indexKeys];
-    for (const item of items) args.push(recordKey(this.prefix, item.id));
+  private async updateMany(shard: Shard, items: Update[]): Promise<(number | null | Error)[]> {
+    const args = [UPDATE.sha, String(items.length + INDEX_KEYS), ...shard.indexKeys];
+    for (const item of items) args.push(recordKey(shard.prefix, item.id));
     for (const item of items) for (const arg of item.args) args.push(arg);
-    return answers(await this.send(UPDATE, args), items.length).map(updateAnswer);
+    return answers(await this.send(UPDATE, args, true), items.length).map(updateAnswer);
   }
 
-  private async getMany(ids: RecordId[]): Promise<(StoredRecord | null | Error)[]> {
+  private async getMany(shard: Shard, ids: RecordId[]): Promise<(StoredRecord | null | Error)[]> {
     const args = [GET.sha, String(ids.length)];
-    for (const id of ids) args.push(recordKey(this.prefix, id));
+    for (const id of ids) args.push(recordKey(shard.prefix, id));
     const reply = answers(await this.send(GET, args), ids.length);
     const out: (StoredRecord | null | Error)[] = [];
     for (let i = 0; i < reply.length; i++) out.push(getAnswer(reply[i], ids[i] as RecordId));
@@ -265,10 +314,12 @@ export class RedisStore implements RecordStore {
   // The store's own client has no per-command timer (ioredis's commandTimeout arms one per
   // command): this one timer per batch bounds the wait instead, connecting included. A client
   // that timed out is destroyed, failing whatever else waits on it, and the next call connects
-  // afresh. A client passed in keeps its own timeouts.
-  private send(script: RedisScript, args: string[]): Promise<unknown> {
+  // afresh. A client passed in keeps its own timeouts. `write` for the runs that write records,
+  // which wait for `replicas` when asked.
+  private send(script: RedisScript, args: string[], write = false): Promise<unknown> {
     if (this.closed) return Promise.reject(new OncelyError('CLOSED', 'the redis store is closed'));
-    if (this.given) return evalScript(this.given, script, args);
+    const via = (s: Senders) => evalScript(write ? s.write : s.send, script, args);
+    if (this.given) return via(this.given);
     // Connected (the usual case): straight to the client, without waiting on the connection first.
     const ready = this.owned?.io.status === 'ready' ? this.owned : undefined;
     return new Promise((resolve, reject) => {
@@ -278,10 +329,10 @@ export class RedisStore implements RecordStore {
         this.abandon(used ?? this.owned);
       }, this.timeoutMs);
       const sent = ready
-        ? evalScript(ready.send, script, args)
+        ? via(ready)
         : this.ownedClient().then((c) => {
             used = c;
-            return evalScript(c.send, script, args);
+            return via(c);
           });
       sent.then(
         (reply) => {
@@ -312,7 +363,7 @@ export class RedisStore implements RecordStore {
   }
 
   private async connect(): Promise<OwnedClient> {
-    const c = await openClient(this.url as string);
+    const c = await openClient(this.target as string | RedisClusterNode[], this.durability);
     this.owned = c;
     // Without reconnects ioredis rejects connect() with a bare "Connection is closed"; the socket's
     // own error (ECONNREFUSED, ENOTFOUND, ...) comes as an 'error' event first and is the one to report.
@@ -341,63 +392,4 @@ export class RedisStore implements RecordStore {
 
 function refuseTransaction(tx: unknown): void {
   if (tx !== undefined) throw new InvalidArgumentError('the redis store cannot join a transaction');
-}
-
-/** One way to send a raw command through either driver's client. */
-function sender(client: RedisClientLike): Send {
-  if ('call' in client && typeof client.call === 'function') return (command, args) => client.call(command, args);
-  if ('sendCommand' in client && typeof client.sendCommand === 'function')
-    return (command, args) => client.sendCommand([command, ...args]);
-  throw new InvalidArgumentError('redisStore: `client` must be a connected ioredis or node-redis client');
-}
-
-// EVALSHA sends 40 bytes instead of the script; the server loses its script cache on restart or
-// SCRIPT FLUSH, and EVAL both runs the script and caches it again for the next EVALSHA. NOSCRIPT
-// comes before the script runs, so nothing of the batch was written yet.
-function evalScript(send: Send, script: RedisScript, args: string[]): Promise<unknown> {
-  return send('EVALSHA', args).catch((error: unknown) => {
-    if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-    const retry = args.slice();
-    retry[0] = script.source;
-    return send('EVAL', retry);
-  });
-}
-
-/**
- * The ioredis options of a client the store makes; the benchmark gives its floor the same.
- * ioredis reconnects forever and queues commands meanwhile by default, so a request would hang
- * while Redis is down. Instead a failed connect rejects at once, a dropped connection ends the
- * client (the store then makes a new one), and no command waits offline. Commands are written to
- * the socket as they are sent (no auto-pipelining): see MAX_BATCH for why that matters here.
- */
-export function ownedClientOptions() {
-  return {
-    lazyConnect: true,
-    enableOfflineQueue: false,
-    retryStrategy: () => null,
-  };
-}
-
-async function openClient(url: string): Promise<OwnedClient> {
-  let ioredis: { Redis: new (url: string, options: ReturnType<typeof ownedClientOptions>) => unknown };
-  try {
-    ioredis = await import('ioredis');
-  } catch (cause) {
-    throw new OncelyError('INVALID_ARGUMENT', "redisStore({ url }) needs the 'ioredis' package: npm install ioredis", {
-      cause,
-    });
-  }
-  const io = new ioredis.Redis(url, ownedClientOptions()) as Ioredis;
-  // Without a listener an 'error' event would be logged by ioredis; the failing command already
-  // carries the error to the caller.
-  io.on('error', () => {});
-  return { io, send: io.call.bind(io) };
-}
-
-function dispose(c: OwnedClient): void {
-  try {
-    c.io.disconnect();
-  } catch {
-    // Already torn down by the driver; nothing is left to release.
-  }
 }
