@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
-import { validateKey } from '../core/key.js';
+import { type KeyPart, keyFrom, validateKey } from '../core/key.js';
 import type { Surface } from '../core/metrics.js';
 import type { LeaseExpiredPolicy } from '../core/record.js';
 import { contextFromHeaders, spanContext, withContext } from '../core/tracing.js';
@@ -26,6 +26,14 @@ export interface IdempotencyOptions<Req> {
   once: Oncely;
   /** Reject covered requests without a key with 400. Default true. */
   required?: boolean;
+  /**
+   * The key of a request that sends no `Idempotency-Key` header, for clients that send it in the
+   * body: body fields (`['orderId', 'action']`) or a function of the request and its parsed body
+   * returning the parts, joined with `keyFrom`. A missing field (or `undefined` from the function)
+   * is no key (400 KEY_REQUIRED when required); a part keyFrom refuses is 400 KEY_INVALID. The
+   * header wins when both are sent. Default: the header only.
+   */
+  key?: readonly string[] | ((req: Req, body: unknown) => KeyPart | readonly KeyPart[] | undefined);
   /** Methods covered; others pass through untouched. Default POST and PATCH. */
   methods?: readonly string[];
   /** The tenant of a request: the authenticated principal, API key or account. Default: the engine's tenant. */
@@ -184,7 +192,8 @@ export class IdempotencyGate<Req> {
     }
     let key: string | undefined;
     try {
-      key = readKeyHeader(facts.header) ?? (facts.key === undefined ? undefined : validateKey(facts.key));
+      key =
+        readKeyHeader(facts.header) ?? (facts.key === undefined ? this.keyOf(req, facts.body) : validateKey(facts.key));
     } catch (error) {
       return { kind: 'respond', response: identified(problemFor(error as OncelyError), ids.traceId, ids.requestId) };
     }
@@ -207,6 +216,23 @@ export class IdempotencyGate<Req> {
     // The caller's W3C trace, continued: the engine's span is a child of the caller's span.
     const parent = contextFromHeaders(headers);
     return withContext(parent, () => this.claim(action, key, input, tenant, join, ids));
+  }
+
+  /** The `key` option's key of a request without the header: undefined when it names none. Throws KEY_INVALID. */
+  private keyOf(req: Req, body: unknown): string | undefined {
+    const { key } = this.options;
+    if (key === undefined) return undefined;
+    let parts: KeyPart | readonly KeyPart[] | undefined;
+    if (typeof key === 'function') parts = key(req, body);
+    else {
+      const source = (body ?? {}) as Record<string, KeyPart | null | undefined>;
+      const values = key.map((field) => source[field]);
+      parts = values.some((value) => value === undefined || value === null || value === '')
+        ? undefined
+        : (values as KeyPart[]);
+    }
+    if (parts === undefined) return undefined;
+    return Array.isArray(parts) ? keyFrom(...(parts as KeyPart[])) : keyFrom(parts as KeyPart);
   }
 
   /** Claims the key and answers as soon as the engine decides: execute, replay, or a refusal's problem. */

@@ -5,8 +5,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOncely, type Oncely, type RecordStore } from '../../src/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
+import { redisStore } from '../../src/redis/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
 
 /** One request, as the suite sends it. */
 export interface SuiteRequest {
@@ -83,14 +85,21 @@ let unique = 0;
 const fresh = (label: string) => `${label}-${process.pid}-${Date.now()}-${++unique}`;
 const json = (_body: unknown) => ({ 'content-type': 'application/json' });
 
-/** Runs every behaviour of the issue against one framework, on SQLite and PostgreSQL, in process and listening. */
+/** Runs every behaviour of the issue against one framework, on SQLite, PostgreSQL and Redis, in process and listening. */
 export function describeHttpSuite(framework: string, harness: HttpHarness): void {
   const schema = freshSchema();
+  const prefix = freshPrefix();
   const backends: [string, () => RecordStore][] = [
     ['sqlite', () => sqliteStore({ path: join(mkdtempSync(join(tmpdir(), `oncely-${framework}-`)), 'http.db') })],
     ['postgres', () => postgresStore({ connectionString: POSTGRES_URL, schema })],
+    ['redis', () => redisStore({ url: REDIS_URL, prefix })],
   ];
-  afterAll(() => dropSchema(schema));
+  afterAll(async () => {
+    await dropSchema(schema);
+    const redis = await connectRedis();
+    await dropPrefix(redis, prefix);
+    await redis.quit();
+  });
   for (const [backend, makeStore] of backends)
     for (const listen of [false, true])
       describe(`${framework} on ${backend}, ${listen ? 'listening' : 'in process'}`, () => {
@@ -321,6 +330,36 @@ export function describeHttpSuite(framework: string, harness: HttpHarness): void
             expect(JSON.parse(refused.body)).toMatchObject({ code: 'INVALID_ARGUMENT' });
           }
           expect(app.calls.get(`/orders "${key}"`)).toBeUndefined();
+        });
+
+        it('builds the key from body fields (or a function of the body) with keyFrom when no header is sent', async () => {
+          const app = await start({ key: ['orderId', 'action'] });
+          const orderId = fresh('ORD');
+          const order = { item: 'tea', amount: 2, orderId, action: 'create' };
+          const first = await post(app, '/orders', undefined, order);
+          const again = await post(app, '/orders', undefined, { ...order });
+          expect([first.status, again.status, again.headers['idempotent-replayed']]).toEqual([201, 201, 'true']);
+          expect(again.body).toBe(first.body);
+          expect(app.calls.get('/orders ')).toBe(1);
+          // Another action of the same order is another key; a missing field is no key at all.
+          const cancel = await post(app, '/orders', undefined, { ...order, action: 'cancel' });
+          expect([cancel.status, cancel.headers['idempotent-replayed']]).toEqual([201, undefined]);
+          const missing = await post(app, '/orders', undefined, { item: 'tea', amount: 2, orderId });
+          expect([missing.status, JSON.parse(missing.body).code]).toEqual([400, 'KEY_REQUIRED']);
+          const unusable = await post(app, '/orders', undefined, { ...order, orderId: { nested: true } });
+          expect([unusable.status, JSON.parse(unusable.body).code]).toEqual([400, 'KEY_INVALID']);
+          // The header wins over the body: a new intent despite the same body fields.
+          const headed = await post(app, '/orders', fresh('header'), order);
+          expect([headed.status, headed.headers['idempotent-replayed']]).toEqual([201, undefined]);
+          const derived = await start({ key: (_req: unknown, body: { orderId: string }) => [body.orderId, 'fn'] });
+          const viaFn = await post(derived, '/orders', undefined, order);
+          const viaFnAgain = await post(derived, '/orders', undefined, order);
+          expect([viaFn.status, viaFnAgain.headers['idempotent-replayed'], viaFnAgain.body]).toEqual([
+            201,
+            'true',
+            viaFn.body,
+          ]);
+          expect(derived.calls.get('/orders ')).toBe(1);
         });
 
         it('passes GET through untouched, covers PATCH, and lets keyless requests through when not required', async () => {
