@@ -6,6 +6,7 @@
  */
 import autocannon from 'autocannon';
 import { HTTP_TENANT } from './http-apps.js';
+import { runId } from './setup.js';
 
 /** bare: the app without middleware; unique: a new key per request; replay: keys already stored. */
 export type Mode = 'bare' | 'unique' | 'replay';
@@ -29,6 +30,8 @@ export interface LoadResult {
   problems: string[];
   /** CPU the server process used per response (user + system, µs), when measured. */
   serverCpu?: number;
+  /** CPU the redis-server used per response (user + system, µs), on Redis. */
+  redisCpu?: number;
 }
 
 export interface LoadOptions {
@@ -38,10 +41,17 @@ export interface LoadOptions {
   connections: number;
   /** unique and bare: where answered keys go; replay: the keys to send again. */
   book: KeyBook;
+  /** Whether replays say so in Idempotent-Replayed (oncely does; the peers do not). */
+  marksReplays?: boolean;
 }
 
 const BODY = JSON.stringify({ item: 'tea', amount: 3 });
-// A fresh key per request, unique across the whole run (every server gets a fresh store anyway).
+/**
+ * In every key of this run: the peers' Redis keys are the request's key (no store prefix of ours),
+ * so keys of an earlier run must never meet this one's; bench/http.ts deletes them by this tag.
+ */
+export const KEY_TAG = runId();
+// A fresh key per request, unique across the whole run.
 let nextKey = 0;
 
 /** The value of a response header, whatever case the framework sent its name in. */
@@ -50,7 +60,8 @@ function header(headers: Record<string, string | string[]>, name: string): strin
   return undefined;
 }
 
-export async function drive({ port, mode, seconds, connections, book }: LoadOptions): Promise<LoadResult> {
+export async function drive(options: LoadOptions): Promise<LoadResult> {
+  const { port, mode, seconds, connections, book, marksReplays = true } = options;
   if (mode === 'replay' && book.keys.length === 0) throw new Error('replay needs keys answered before');
   let responses = 0;
   let bad = 0;
@@ -60,7 +71,8 @@ export async function drive({ port, mode, seconds, connections, book }: LoadOpti
     if (problems.length < 3) problems.push(message);
   };
   let cursor = 0;
-  const pick = () => (mode === 'replay' ? (book.keys[cursor++ % book.keys.length] as string) : `"k${nextKey++}"`);
+  const pick = () =>
+    mode === 'replay' ? (book.keys[cursor++ % book.keys.length] as string) : `"k${KEY_TAG}-${nextKey++}"`;
   const started = Date.now();
   const result = await autocannon({
     url: `http://127.0.0.1:${port}`,
@@ -91,7 +103,7 @@ export async function drive({ port, mode, seconds, connections, book }: LoadOpti
           if (status !== 201 || !body.endsWith('"n":1}'))
             return fail(`${mode} ${key}: ${status} ${body.slice(0, 120)}`);
           if (mode === 'replay') {
-            if (replayed !== 'true') return fail(`replay ${key}: no Idempotent-Replayed: true`);
+            if (marksReplays && replayed !== 'true') return fail(`replay ${key}: no Idempotent-Replayed: true`);
             if (body !== book.bodies.get(key)) return fail(`replay ${key}: body differs from the first response`);
           } else {
             if (replayed !== undefined) return fail(`${mode} ${key}: marked replayed on a new key`);

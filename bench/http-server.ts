@@ -1,23 +1,30 @@
 /**
  * The server side of the HTTP benchmark, run by bench/http.ts as a child process
- * (`node --import tsx bench/http-server.ts <framework> sqlite <file> | postgres <schema> <url>`), so
+ * (`node --import tsx bench/http-server.ts <framework|peers> sqlite <file> | postgres <schema> <url> |
+ * redis <prefix> <url>`), so
  * the load generator never shares an event loop with the server. It opens one engine on the store,
  * serves the bare app and the middleware app from it on two ports, and on request measures the
  * engine's own `once.run` in this same process, on the same engine and store, at the same
  * concurrency, with the input and stored value the middleware would use for `POST /orders`. A
  * third port serves the middleware on an engine with `replayCache`, over the same records.
  *
- * Protocol (IPC): sends { ready, bare, guarded, cached } once listening; answers
+ * With `peers` for the framework (Redis only), it serves bare Express, the oncely Express app and
+ * the peers of bench/http-peers.ts, on the same Redis, instead.
+ *
+ * Protocol (IPC): sends { ready, ports } once listening (bare, guarded, cached; or bare, oncely and
+ * each peer's name); answers
  * { engine: { warmup, maxMs, concurrency } } with { engine: Timing, cpu }, { cpu } with the CPU
  * time this process has used (user + system, µs); { close } closes and exits.
  */
 import { encodeResponse } from '../src/http/response.js';
 import { createOncely, type Oncely } from '../src/index.js';
 import { postgresStore } from '../src/postgres/index.js';
+import { redisStore } from '../src/redis/index.js';
 import { sqliteStore } from '../src/sqlite/index.js';
 import type { RecordStore } from '../src/store.js';
 import { measure, type Timing, warmUp } from './harness.js';
 import { FRAMEWORKS, type Framework, HTTP_TENANT, type RunningApp, startApp } from './http-apps.js';
+import { PEERS, startPeer } from './http-peers.js';
 
 /** Messages from bench/http.ts. */
 export type ServerCommand =
@@ -26,7 +33,7 @@ export type ServerCommand =
   | { close: true };
 /** Messages to bench/http.ts. */
 export type ServerReply =
-  | { ready: true; bare: number; guarded: number; cached: number }
+  | { ready: true; ports: Record<string, number> }
   | { engine: Timing; cpu: number }
   | { cpu: number }
   | { error: string };
@@ -47,6 +54,7 @@ const REPLAY_CACHE = 1_000_000;
 function openStore(kind: string, where: string, url: string): RecordStore {
   if (kind === 'sqlite') return sqliteStore({ path: where });
   if (kind === 'postgres') return postgresStore({ connectionString: url, schema: where });
+  if (kind === 'redis') return redisStore({ url, prefix: where });
   throw new Error(`unknown store ${kind}`);
 }
 
@@ -74,16 +82,25 @@ function engineOp(once: Oncely) {
 
 async function main(): Promise<void> {
   const [framework, kind, where, url = ''] = process.argv.slice(2);
-  if (!FRAMEWORKS.includes(framework as Framework) || !kind || !where)
-    throw new Error('usage: http-server.ts <express|fastify|hono> <sqlite|postgres> <file|schema> [url]');
+  const peers = framework === 'peers';
+  if (!(peers || FRAMEWORKS.includes(framework as Framework)) || !kind || !where)
+    throw new Error('usage: http-server.ts <framework|peers> <sqlite|postgres|redis> <file|schema|prefix> [url]');
+  if (peers && kind !== 'redis') throw new Error('the peers run on redis only');
   const once = await createOncely({ store: openStore(kind, where, url) });
   // The same records through an engine with a replay cache large enough for every key of the run.
   const cachedOnce = await createOncely({ store: openStore(kind, where, url), replayCache: REPLAY_CACHE });
-  const apps: RunningApp[] = [
-    await startApp(framework as Framework, undefined),
-    await startApp(framework as Framework, once),
-    await startApp(framework as Framework, cachedOnce),
-  ];
+  const names = peers ? ['bare', 'oncely', ...PEERS] : ['bare', 'guarded', 'cached'];
+  const apps: RunningApp[] = peers
+    ? [
+        await startApp('express', undefined),
+        await startApp('express', once),
+        ...(await Promise.all(PEERS.map((peer) => startPeer(peer, url)))),
+      ]
+    : [
+        await startApp(framework as Framework, undefined),
+        await startApp(framework as Framework, once),
+        await startApp(framework as Framework, cachedOnce),
+      ];
   const op = engineOp(once);
   let cursor = 0;
   process.on('message', (command: ServerCommand) => {
@@ -114,7 +131,11 @@ async function main(): Promise<void> {
   });
   // A bench that died without closing us leaves no server behind.
   process.on('disconnect', () => process.exit(1));
-  send({ ready: true, bare: apps[0]?.port ?? 0, guarded: apps[1]?.port ?? 0, cached: apps[2]?.port ?? 0 });
+  const ports: Record<string, number> = {};
+  names.forEach((name, i) => {
+    ports[name] = apps[i]?.port ?? 0;
+  });
+  send({ ready: true, ports });
 }
 
 main().catch((error: unknown) => {

@@ -1,30 +1,51 @@
 /**
- * The HTTP part of `npm run bench`: for each framework on SQLite and on PostgreSQL, requests/s of
- * the bare route, of the middleware on unique keys and on replays, and the engine's own
- * `once.run` throughput in the same server process. The server runs in a child process
- * (bench/http-server.ts); autocannon drives it from this process.
+ * The HTTP part of `npm run bench`: for each framework on SQLite, PostgreSQL and Redis, requests/s
+ * of the bare route, of the middleware on unique keys and on replays, and the engine's own
+ * `once.run` throughput in the same server process; then Express on Redis beside the peers
+ * (bench/http-peers.ts). The server runs in a child process (bench/http-server.ts); autocannon
+ * drives it from this process. Redis CPU (INFO cpu of the redis-server) is read around each run on Redis.
  *
  * Environment: BENCH_HTTP_SECONDS (per measurement, default 2), BENCH_HTTP_ROUNDS (default 2, best
- * kept), BENCH_HTTP_WARMUP (seconds per warm-up, default 1), PG_URL or DATABASE_URL.
+ * kept), BENCH_HTTP_PEER_ROUNDS (default 3), BENCH_HTTP_WARMUP (seconds per warm-up, default 1),
+ * BENCH_HTTP_STORES (comma list, default sqlite,postgres,redis), BENCH_HTTP_FRAMEWORKS (comma
+ * list, default all), BENCH_HTTP_PEERS (0 skips the peers), PG_URL or DATABASE_URL, REDIS_URL.
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import { envInt, formatOps, type Timing } from './harness.js';
 import { FRAMEWORKS, type Framework } from './http-apps.js';
-import { drive, type LoadResult, type Mode, newBook } from './http-load.js';
+import { drive, KEY_TAG, type KeyBook, type LoadResult, type Mode, newBook } from './http-load.js';
+import { PEERS } from './http-peers.js';
 import type { ServerCommand, ServerReply } from './http-server.js';
-import { dropSchema, PG_URL, runId, scratchDir } from './setup.js';
+import { dropSchema, PG_URL, REDIS_URL, redisCpu, runId, scratchDir } from './setup.js';
 
 export const CONNECTIONS = 32;
 export const SECONDS = envInt('BENCH_HTTP_SECONDS', 2);
 export const WARMUP_SECONDS = envInt('BENCH_HTTP_WARMUP', 1);
 export const ROUNDS = envInt('BENCH_HTTP_ROUNDS', 2);
-const STORES = ['sqlite', 'postgres'] as const;
+export const PEER_ROUNDS = envInt('BENCH_HTTP_PEER_ROUNDS', 3);
+const ALL_STORES = ['sqlite', 'postgres', 'redis'];
+const listed = (name: string, all: readonly string[]) => {
+  const given = process.env[name]?.split(',').filter((x) => x !== '');
+  const unknown = given?.filter((x) => !all.includes(x)) ?? [];
+  if (unknown.length > 0) throw new Error(`${name}: unknown ${unknown.join(', ')} (known: ${all.join(', ')})`);
+  return given ?? [...all];
+};
+const STORES = listed('BENCH_HTTP_STORES', ALL_STORES);
+const RUN_FRAMEWORKS = listed('BENCH_HTTP_FRAMEWORKS', FRAMEWORKS) as Framework[];
+const RUN_PEERS = process.env.BENCH_HTTP_PEERS !== '0';
 const SERVER = fileURLToPath(new URL('./http-server.ts', import.meta.url));
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
+
+/** What the HTTP part measured: every framework and store, then the peers on Redis. */
+export interface HttpRun {
+  results: HttpResult[];
+  peers: PeerResult | undefined;
+}
 
 export interface HttpResult {
   framework: Framework;
@@ -41,6 +62,15 @@ export interface HttpResult {
   failures: string[];
 }
 
+/** Express on Redis, bare, behind oncely and behind each peer, best of PEER_ROUNDS interleaved rounds. */
+export interface PeerResult {
+  bare: LoadResult;
+  /** Per subject (oncely, then each peer): the best run on new keys and on replays. */
+  subjects: { name: string; unique: LoadResult; replay: LoadResult }[];
+  checked: number;
+  failures: string[];
+}
+
 /** The engine loop's timing, with the server's CPU per op (user + system, µs). */
 export type EngineTiming = Timing & { serverCpu: number };
 
@@ -48,16 +78,22 @@ export type EngineTiming = Timing & { serverCpu: number };
 class Server {
   private constructor(
     private readonly child: ChildProcess,
-    readonly bare: number,
-    readonly guarded: number,
-    readonly cached: number,
+    /** Each app's port, by name (bare, guarded, cached; or bare, oncely and each peer). */
+    readonly ports: Record<string, number>,
   ) {}
 
-  static async start(framework: Framework, store: string, where: string): Promise<Server> {
-    const child = fork(SERVER, [framework, store, where, PG_URL], { execArgv: ['--import', 'tsx'] });
+  static async start(framework: Framework | 'peers', store: string, where: string): Promise<Server> {
+    const url = store === 'redis' ? REDIS_URL : PG_URL;
+    const child = fork(SERVER, [framework, store, where, url], { execArgv: ['--import', 'tsx'] });
     const ready = await reply(child);
     if (!('ready' in ready)) throw new Error(`the ${framework} server did not start: ${JSON.stringify(ready)}`);
-    return new Server(child, ready.bare, ready.guarded, ready.cached);
+    return new Server(child, ready.ports);
+  }
+
+  port(name: string): number {
+    const port = this.ports[name];
+    if (port === undefined) throw new Error(`the server has no ${name} app`);
+    return port;
   }
 
   async engine(warmup: number, maxMs: number): Promise<EngineTiming> {
@@ -99,33 +135,48 @@ function reply(child: ChildProcess): Promise<ServerReply> {
   });
 }
 
+/** Redis's own CPU (µs so far), read around each run on Redis; undefined on the other stores. */
+type RedisCpu = Awaited<ReturnType<typeof redisCpu>> | undefined;
+
+/**
+ * Runs one load on `port` and keeps it in `loads` (every response is checked, warm-ups too),
+ * with the server's CPU per response, and Redis's when `redis` is given.
+ */
+function runner(server: Server, redis: RedisCpu, loads: LoadResult[]) {
+  return async (port: number, mode: Mode, seconds: number, book: KeyBook, marksReplays = true) => {
+    const cpu = await server.cpu();
+    const redisBefore = await redis?.read();
+    const load = await drive({ port, mode, seconds, connections: CONNECTIONS, book, marksReplays });
+    load.serverCpu = ((await server.cpu()) - cpu) / load.responses;
+    if (redis && redisBefore !== undefined) load.redisCpu = ((await redis.read()) - redisBefore) / load.responses;
+    loads.push(load);
+    return load;
+  };
+}
+
+const fastest = (runs: LoadResult[]) => runs.reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
+const failuresOf = (loads: LoadResult[], subject = '') =>
+  loads.filter((l) => l.bad > 0).map((l) => `${subject}${l.mode}: ${l.bad} bad (${l.problems.join('; ')})`);
+const checkedOf = (loads: LoadResult[]) => loads.reduce((sum, l) => sum + l.responses, 0);
+
 /**
  * One framework on one store: warm-ups of every mode, then ROUNDS rounds of bare, unique, the
  * engine loop and replay, the best of each kept (as in the engine bench: on a shared machine, noise
  * only ever slows a run down). The engine loop runs right after the unique keys, on a table of
  * about the same size; replays cycle through every key answered so far.
  */
-async function measureOne(framework: Framework, store: string, where: string): Promise<HttpResult> {
+async function measureOne(framework: Framework, store: string, where: string, redis: RedisCpu): Promise<HttpResult> {
   const server = await Server.start(framework, store, where);
   try {
     const book = newBook();
     const scratch = newBook();
     const loads: LoadResult[] = [];
-    const run = async (mode: Mode, seconds: number, port = mode === 'bare' ? server.bare : server.guarded) => {
-      const cpu = await server.cpu();
-      const load = await drive({
-        port,
-        mode,
-        seconds,
-        connections: CONNECTIONS,
-        book: mode === 'bare' ? scratch : book,
-      });
-      load.serverCpu = ((await server.cpu()) - cpu) / load.responses;
-      loads.push(load);
-      return load;
-    };
+    const load = runner(server, redis, loads);
+    const [bare, guarded, cached] = [server.port('bare'), server.port('guarded'), server.port('cached')];
+    const run = (mode: Mode, seconds: number, port = mode === 'bare' ? bare : guarded) =>
+      load(port, mode, seconds, mode === 'bare' ? scratch : book);
     for (const mode of ['bare', 'unique', 'replay'] as const) await run(mode, WARMUP_SECONDS);
-    await run('replay', WARMUP_SECONDS, server.cached);
+    await run('replay', WARMUP_SECONDS, cached);
     const timed: Record<Mode, LoadResult[]> = { bare: [], unique: [], replay: [] };
     const cachedRuns: LoadResult[] = [];
     const engines: EngineTiming[] = [];
@@ -134,51 +185,126 @@ async function measureOne(framework: Framework, store: string, where: string): P
       timed.unique.push(await run('unique', SECONDS));
       engines.push(await server.engine(round === 0 ? 1_000 : 1, SECONDS * 1000));
       timed.replay.push(await run('replay', SECONDS));
-      cachedRuns.push(await run('replay', SECONDS, server.cached));
+      cachedRuns.push(await run('replay', SECONDS, cached));
     }
-    const fastest = (runs: LoadResult[]) => runs.reduce((a, b) => (b.reqPerSec > a.reqPerSec ? b : a));
-    const top = (mode: Mode) => fastest(timed[mode]);
-    const cached = fastest(cachedRuns);
     const engine = engines.reduce((a, b) => (b.opsPerSec > a.opsPerSec ? b : a));
-    const [bare, unique, replay] = [top('bare'), top('unique'), top('replay')];
+    const result = {
+      framework,
+      store,
+      bare: fastest(timed.bare),
+      unique: fastest(timed.unique),
+      replay: fastest(timed.replay),
+      cached: fastest(cachedRuns),
+      engine,
+      checked: checkedOf(loads),
+      failures: failuresOf(loads),
+    };
     log(
-      `http ${framework} ${store}: bare ${formatOps(bare.reqPerSec)}, unique ${formatOps(unique.reqPerSec)},` +
-        ` replay ${formatOps(replay.reqPerSec)}, cached replay ${formatOps(cached.reqPerSec)} req/s;` +
+      `http ${framework} ${store}: bare ${formatOps(result.bare.reqPerSec)}, unique ${formatOps(result.unique.reqPerSec)},` +
+        ` replay ${formatOps(result.replay.reqPerSec)}, cached replay ${formatOps(result.cached.reqPerSec)} req/s;` +
         ` engine ${formatOps(engine.opsPerSec)} ops/s`,
     );
-    // Every response is checked, warm-ups and slower rounds included.
-    const failures = loads.filter((l) => l.bad > 0).map((l) => `${l.mode}: ${l.bad} bad (${l.problems.join('; ')})`);
-    const checked = loads.reduce((sum, l) => sum + l.responses, 0);
-    return { framework, store, bare, unique, replay, cached, engine, checked, failures };
+    return result;
   } finally {
     await server.close();
   }
 }
 
-/** Every framework on a fresh SQLite file, then on a fresh PostgreSQL schema (dropped after). */
-export async function runHttp(): Promise<HttpResult[]> {
+/**
+ * Express on Redis: bare, oncely and each peer in one server process, on the same Redis. Warm-ups
+ * of every subject, then PEER_ROUNDS rounds, each of bare, every subject's new keys, then every
+ * subject's replays (interleaved, so a slow moment of the machine hits one round of all, not all
+ * rounds of one); the best of each kept.
+ */
+async function measurePeers(prefix: string, redis: RedisCpu): Promise<PeerResult> {
+  const server = await Server.start('peers', 'redis', prefix);
+  try {
+    const loads: LoadResult[] = [];
+    const load = runner(server, redis, loads);
+    const scratch = newBook();
+    const names = ['oncely', ...PEERS];
+    const books = new Map(names.map((name) => [name, newBook()]));
+    const bareRuns: LoadResult[] = [];
+    const runs = new Map(names.map((name) => [name, { unique: [] as LoadResult[], replay: [] as LoadResult[] }]));
+    const round = async (seconds: number, keep: boolean) => {
+      const bare = await load(server.port('bare'), 'bare', seconds, scratch);
+      if (keep) bareRuns.push(bare);
+      for (const mode of ['unique', 'replay'] as const) {
+        for (const name of names) {
+          const got = await load(server.port(name), mode, seconds, books.get(name) as KeyBook, name === 'oncely');
+          if (keep) runs.get(name)?.[mode].push(got);
+        }
+      }
+    };
+    await round(WARMUP_SECONDS, false);
+    for (let r = 0; r < PEER_ROUNDS; r++) await round(SECONDS, true);
+    const subjects = names.map((name) => {
+      const { unique, replay } = runs.get(name) as { unique: LoadResult[]; replay: LoadResult[] };
+      return { name, unique: fastest(unique), replay: fastest(replay) };
+    });
+    const bare = fastest(bareRuns);
+    log(
+      `http peers (express redis): bare ${formatOps(bare.reqPerSec)}; ` +
+        subjects
+          .map((s) => `${s.name} unique ${formatOps(s.unique.reqPerSec)}, replay ${formatOps(s.replay.reqPerSec)}`)
+          .join('; ') +
+        ' req/s',
+    );
+    return { bare, subjects, checked: checkedOf(loads), failures: failuresOf(loads) };
+  } finally {
+    await server.close();
+  }
+}
+
+/** Deletes every Redis key of this run: the records and the peers' keys all carry KEY_TAG. */
+async function dropRedisKeys(): Promise<void> {
+  const client = new Redis(REDIS_URL);
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await client.scan(cursor, 'MATCH', `*${KEY_TAG}*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) await client.unlink(...keys);
+    } while (cursor !== '0');
+  } finally {
+    client.disconnect();
+  }
+}
+
+/**
+ * Every framework on a fresh SQLite file, a fresh PostgreSQL schema (dropped after) and a fresh
+ * Redis prefix (its keys deleted after), then the peers.
+ */
+export async function runHttp(): Promise<HttpRun> {
   const id = runId();
   const dir = scratchDir();
+  const redis = STORES.includes('redis') || RUN_PEERS ? await redisCpu() : undefined;
   const results: HttpResult[] = [];
+  let peers: PeerResult | undefined;
   try {
     for (const store of STORES) {
-      for (const framework of FRAMEWORKS) {
+      for (const framework of RUN_FRAMEWORKS) {
         if (store === 'sqlite') {
-          results.push(await measureOne(framework, store, join(dir.path, `http-${framework}.db`)));
-          continue;
-        }
-        const schema = `bench_http_${id}_${framework}`;
-        try {
-          results.push(await measureOne(framework, store, schema));
-        } finally {
-          const client = new pg.Client({ connectionString: PG_URL });
-          await client.connect();
-          await dropSchema(client, schema).finally(() => client.end());
+          results.push(await measureOne(framework, store, join(dir.path, `http-${framework}.db`), undefined));
+        } else if (store === 'redis') {
+          results.push(await measureOne(framework, store, `bench-http-${KEY_TAG}-${framework}:`, redis));
+        } else {
+          const schema = `bench_http_${id}_${framework}`;
+          try {
+            results.push(await measureOne(framework, store, schema, undefined));
+          } finally {
+            const client = new pg.Client({ connectionString: PG_URL });
+            await client.connect();
+            await dropSchema(client, schema).finally(() => client.end());
+          }
         }
       }
     }
+    if (RUN_PEERS) peers = await measurePeers(`bench-http-${KEY_TAG}-peers:`, redis);
   } finally {
     dir.remove();
+    await redis?.close();
+    if (redis) await dropRedisKeys();
   }
-  return results;
+  return { results, peers };
 }

@@ -39,7 +39,7 @@ import {
   type Timing,
   warmUp,
 } from './harness.js';
-import { type HttpResult, runHttp } from './http.js';
+import { type HttpResult, type HttpRun, runHttp } from './http.js';
 import { httpReport } from './http-report.js';
 import { type MemoryResult, measureMemory } from './memory.js';
 import { type ObserveResult, observeReport, runObserve } from './observe.js';
@@ -201,14 +201,14 @@ type Checked = Check & { name: string; store: string };
 function report(
   engine: { results: Result[]; memory: MemoryResult } | undefined,
   observeResults: ObserveResult[] | undefined,
-  httpResults: HttpResult[] | undefined,
+  httpRun: HttpRun | undefined,
   flowsResults: FlowsResult[] | undefined,
   brokersResults: BrokersResult[] | undefined,
   ms: number,
 ): void {
   const part = engine ? engineReport(engine.results, engine.memory) : undefined;
   const observe = observeResults ? observeReport(observeResults) : undefined;
-  const http = httpResults ? httpReport(httpResults) : undefined;
+  const http = httpRun ? httpReport(httpRun) : undefined;
   const flows = flowsResults ? flowsReport(flowsResults) : undefined;
   const brokers = brokersResults ? brokersReport(brokersResults) : undefined;
   const checks = [
@@ -226,13 +226,17 @@ function report(
     results: engine?.results,
     memory: engine?.memory,
     observe: observeResults,
-    http: httpResults?.map((r) => ({
+    http: httpRun?.results.map((r) => ({
       ...r,
       bare: strip(r.bare),
       unique: strip(r.unique),
       replay: strip(r.replay),
       cached: strip(r.cached),
     })),
+    httpPeers: httpRun?.peers && {
+      bare: strip(httpRun.peers.bare),
+      subjects: httpRun.peers.subjects.map((s) => ({ ...s, unique: strip(s.unique), replay: strip(s.replay) })),
+    },
     httpFailures: http?.failures,
     flows: flowsResults,
     brokers: brokersResults,
