@@ -1,0 +1,450 @@
+import { randomBytes } from 'node:crypto';
+import { Batcher } from '../core/batcher.js';
+import { recordCursor, recordFromCursor } from '../core/cursor.js';
+import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { absoluteRecord, absoluteTimes, type RecordId, type StoredRecord } from '../core/record.js';
+import type {
+  Expectation,
+  InsertResult,
+  RecordPage,
+  RecordPatch,
+  RecordQuery,
+  RecordStore,
+  WriteOptions,
+} from '../store.js';
+import type { MysqlConnection, MysqlPool, MysqlQueryable } from './driver.js';
+import { migrate } from './migrate.js';
+import * as sql from './sql.js';
+
+/** Where the records live, and whether concurrent calls share statements. */
+export interface MysqlLayout {
+  /** Database of the records and the migration ledger, created when missing. Default: the connection's own. */
+  database?: string;
+  /** Table of the records. Default 'oncely_records'. */
+  table?: string;
+  /** Coalesce concurrent calls (outside a caller's transaction) into multi-row statements. Default true. */
+  batch?: boolean;
+}
+
+/** Options of mysqlStore: a connection URI (the store owns its pool) or your mysql2/promise pool, and a layout. */
+export type MysqlStoreOptions = ({ uri: string; pool?: undefined } | { pool: MysqlPool; uri?: undefined }) &
+  MysqlLayout;
+
+/** Most items in one batched statement. */
+const MAX_BATCH = 500;
+/** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
+const MAX_INSERT_ROUNDS = 50;
+/** Times a statement of the store's own that InnoDB chose as a deadlock victim (or timed out on a lock) is run again. */
+const MAX_LOCK_RETRIES = 5;
+
+const idKey = (id: RecordId): string => JSON.stringify([id.tenant, id.action, id.key]);
+
+const compareIds = (a: RecordId, b: RecordId): number => {
+  for (const field of ['tenant', 'action', 'key'] as const)
+    if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
+  return 0;
+};
+
+const sqlState = (error: unknown): string | undefined => {
+  const state = (error as { sqlState?: unknown } | null)?.sqlState;
+  return typeof state === 'string' ? state : undefined;
+};
+
+// Data and constraint errors (SQLSTATE classes 22 and 23) belong to one item: retry its batch item by item.
+const isItemError = (error: unknown): boolean => /^2[23]/.test(sqlState(error) ?? '');
+
+// ER_LOCK_DEADLOCK and ER_LOCK_WAIT_TIMEOUT: InnoDB rolled the statement (or its transaction) back; it may be run again.
+const isLockConflict = (error: unknown): boolean => {
+  const errno = (error as { errno?: unknown } | null)?.errno;
+  return errno === 1213 || errno === 1205;
+};
+
+/** Runs `work` again while InnoDB picks it as a deadlock victim: only for work of the store's own, never a caller's transaction. */
+async function retryingLocks<T>(work: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await work();
+    } catch (error) {
+      if (attempt >= MAX_LOCK_RETRIES || !isLockConflict(error)) throw error;
+    }
+  }
+}
+
+const rowsOf = async (db: MysqlQueryable, query: sql.Query): Promise<unknown[]> =>
+  (await db.query(query.text, query.values))[0] as unknown[];
+
+/** A record to insert, and whether its times are relative to the database's clock (see WriteOptions). */
+interface Insert {
+  record: StoredRecord;
+  relative: boolean;
+}
+
+/** A stored record as read, with whether the reading statement's token inserted it, and the clock's now. */
+interface Found {
+  record: StoredRecord;
+  mine: boolean;
+  now: number;
+}
+
+/** Reads the records of some ids; answers by id key. */
+async function selectAll(
+  db: MysqlQueryable,
+  n: sql.Names,
+  ids: RecordId[],
+  token: Buffer | null,
+  locking: boolean,
+): Promise<Map<string, Found>> {
+  const rows = (await rowsOf(db, sql.selectMany(n, ids, token, locking))) as (sql.RecordRow & {
+    mine: number | null;
+    now: number | string;
+  })[];
+  const found = new Map<string, Found>();
+  for (const row of rows) {
+    const record = sql.toRecord(row);
+    found.set(idKey(record), { record, mine: Number(row.mine) === 1, now: Number(row.now) });
+  }
+  return found;
+}
+
+/** Inserts records with distinct ids unless present; answers by id key. `locking`: inside a caller's transaction. */
+async function insertAll(
+  db: MysqlQueryable,
+  n: sql.Names,
+  inserts: Insert[],
+  locking: boolean,
+): Promise<Map<string, InsertResult>> {
+  // One statement writes times one way: relative and absolute records go separately.
+  const relative = inserts.filter((p) => p.relative);
+  if (relative.length === 0 || relative.length === inserts.length) return insertSome(db, n, inserts, locking);
+  const answers = await insertSome(db, n, relative, locking);
+  for (const [id, answer] of await insertSome(
+    db,
+    n,
+    inserts.filter((p) => !p.relative),
+    locking,
+  ))
+    answers.set(id, answer);
+  return answers;
+}
+
+/**
+ * Inserts records with distinct ids, all relative or all absolute, unless present. MySQL answers
+ * an insert with a count only, so each statement marks its rows with a random token and a read
+ * after it tells the rows it inserted from those that were there.
+ */
+async function insertSome(
+  db: MysqlQueryable,
+  n: sql.Names,
+  inserts: Insert[],
+  locking: boolean,
+): Promise<Map<string, InsertResult>> {
+  const answers = new Map<string, InsertResult>();
+  // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
+  let pending = inserts.length > 1 ? [...inserts].sort((a, b) => compareIds(a.record, b.record)) : inserts;
+  for (let round = 0; pending.length > 0; round++) {
+    if (round === MAX_INSERT_ROUNDS)
+      throw new Error(`record of key "${pending[0]?.record.key}" vanished ${round} times`);
+    const relative = (pending[0] as Insert).relative;
+    const token = randomBytes(16);
+    const records = pending.map((p) => p.record);
+    const insert = sql.insertMany(n, records, relative, token);
+    // Outside a caller's transaction the insert is a statement of its own, safe to run again.
+    await (locking ? db.query(insert.text, insert.values) : retryingLocks(() => db.query(insert.text, insert.values)));
+    const found = await selectAll(db, n, records, token, locking);
+    // A row purged between the insert and the read is inserted again.
+    pending = pending.filter((p) => {
+      const row = found.get(idKey(p.record));
+      if (!row) return true;
+      if (!row.mine) answers.set(idKey(p.record), { inserted: false, record: row.record, now: row.now });
+      else {
+        // A relative record was created at the insert's clock plus its createdAt: that clock is its now.
+        const now = relative ? row.record.createdAt - p.record.createdAt : row.now;
+        answers.set(idKey(p.record), {
+          inserted: true,
+          record: relative ? absoluteRecord(p.record, now) : { ...p.record },
+          now,
+        });
+      }
+      return false;
+    });
+  }
+  return answers;
+}
+
+const spread = (query: sql.Query): [string, unknown[]] => [query.text, query.values];
+
+/** One conditional write of a batch, checked before it is queued. */
+interface UpdateItem {
+  id: RecordId;
+  expect: Expectation;
+  patch: RecordPatch;
+  relative: boolean;
+}
+
+const matches = (record: StoredRecord, expect: Expectation): boolean =>
+  record.fence === expect.fence &&
+  expect.states.includes(record.state) &&
+  (expect.leaseUntil === undefined || record.leaseUntil === expect.leaseUntil);
+
+/** `record` with `patch` written over it; a relative patch's times count from `now`. */
+function patched(record: StoredRecord, patch: RecordPatch, now: number | undefined): StoredRecord {
+  const changes = now === undefined ? patch : absoluteTimes(patch, now);
+  const next: Record<string, unknown> = { ...record };
+  for (const [field, value] of Object.entries(changes)) if (value !== undefined) next[field] = value;
+  if (next.settlement === null) delete next.settlement;
+  return next as unknown as StoredRecord;
+}
+
+/**
+ * Applies conditional writes with distinct ids, on a connection in a transaction: the rows are
+ * read under lock, checked against their expectations here, and those that match are written in
+ * one statement (MySQL has no UPDATE ... RETURNING to say which rows a conditional UPDATE hit).
+ * Answers in item order: the clock's now each applied at (the locking read's), or null.
+ */
+async function updateAll(db: MysqlQueryable, n: sql.Names, items: UpdateItem[]): Promise<(number | null)[]> {
+  const rows = (await rowsOf(
+    db,
+    sql.lockMany(
+      n,
+      items.map((item) => item.id),
+    ),
+  )) as (sql.RecordRow & { now: number | string })[];
+  const locked = new Map<string, { record: StoredRecord; now: number }>();
+  for (const row of rows) {
+    const record = sql.toRecord(row);
+    locked.set(idKey(record), { record, now: Number(row.now) });
+  }
+  const writes: StoredRecord[] = [];
+  const answers = items.map((item) => {
+    const row = locked.get(idKey(item.id));
+    if (!row || !matches(row.record, item.expect)) return null;
+    writes.push(patched(row.record, item.patch, item.relative ? row.now : undefined));
+    return row.now;
+  });
+  if (writes.length > 0) await db.query(...spread(sql.writeMany(n, writes)));
+  return answers;
+}
+
+/** Runs `work` in a transaction on a connection of the pool; a connection that failed is not given back. */
+async function inTransaction<T>(pool: MysqlPool, work: (connection: MysqlConnection) => Promise<T>): Promise<T> {
+  const connection = await pool.getConnection();
+  let broken = false;
+  try {
+    await connection.beginTransaction();
+    const result = await work(connection);
+    await connection.commit();
+    return result;
+  } catch (error) {
+    // A statement error leaves the connection usable; anything else (no SQLSTATE: a lost connection) does not.
+    broken = sqlState(error) === undefined;
+    if (!broken) await connection.rollback().catch(() => (broken = true));
+    throw error;
+  } finally {
+    if (broken && typeof connection.destroy === 'function') connection.destroy();
+    else connection.release();
+  }
+}
+
+/** Loads the optional mysql2 driver and opens a pool the store owns. */
+async function openPool(uri: string): Promise<MysqlPool> {
+  let mysql: typeof import('mysql2/promise');
+  try {
+    mysql = await import('mysql2/promise');
+  } catch {
+    throw new InvalidArgumentError("mysqlStore({ uri }) needs the 'mysql2' package: npm install mysql2");
+  }
+  // utf8mb4 on the wire: keys are stored as their UTF-8 bytes.
+  return mysql.createPool({ uri, connectionLimit: 10, charset: 'utf8mb4' }) as unknown as MysqlPool;
+}
+
+// Connections given as `tx` that carry the store's 'error' listener, so it is added once per connection.
+const listening = new WeakSet<object>();
+
+function ignoreConnectionError(): void {
+  // The next statement on the connection fails with the loss, which is how its caller hears of it.
+}
+
+/**
+ * Checks that `tx` looks like a mysql2 connection in a transaction. A standalone mysql2 connection
+ * whose server connection dies while idle (KILL, a restart) emits 'error', and with no listener
+ * that ends the process: the store adds one.
+ */
+function asConnection(tx: unknown): MysqlQueryable {
+  if (typeof tx !== 'object' || tx === null || typeof (tx as MysqlQueryable).query !== 'function')
+    throw new InvalidArgumentError('tx must be a mysql2 connection on which you ran beginTransaction()');
+  // A pool would run each statement on some connection outside the caller's transaction.
+  if ('getConnection' in tx)
+    throw new InvalidArgumentError(
+      'tx must be a connection from pool.getConnection() on which you ran beginTransaction(), not the pool',
+    );
+  const emitter = tx as MysqlConnection;
+  if (typeof emitter.on === 'function' && !listening.has(tx)) {
+    listening.add(tx);
+    emitter.on('error', ignoreConnectionError);
+  }
+  return tx as MysqlQueryable;
+}
+
+/**
+ * A record store on MySQL 8 or MariaDB 10.5 and later (InnoDB). The table is created on first use
+ * (or by `migrate()`); concurrent calls share multi-row statements unless `batch: false`. Pass
+ * `tx` (a connection after beginTransaction()) to make a record commit or roll back with your own
+ * writes; the first use migrates on another connection of the pool, so with a one-connection pool
+ * call `migrate()` first.
+ */
+export class MysqlStore implements RecordStore {
+  readonly kind = 'mysql';
+  private readonly names: sql.Names;
+  private readonly given: MysqlPool | undefined;
+  private readonly uri: string | undefined;
+  private pooled: Promise<MysqlPool> | undefined;
+  private migrated: Promise<void> | undefined;
+  private closed = false;
+  private readonly inserts: Batcher<Insert, InsertResult> | undefined;
+  private readonly updates: Batcher<UpdateItem, number | null> | undefined;
+  private readonly gets: Batcher<RecordId, StoredRecord | null> | undefined;
+
+  constructor(options: MysqlStoreOptions) {
+    const { database, table = 'oncely_records', batch = true } = options;
+    if (options.pool === undefined && typeof options.uri !== 'string')
+      throw new InvalidArgumentError('mysqlStore needs a uri or a pool');
+    if (
+      options.pool !== undefined &&
+      (typeof options.pool.query !== 'function' || typeof options.pool.getConnection !== 'function')
+    )
+      throw new InvalidArgumentError('mysqlStore pool must be a mysql2/promise Pool (with query and getConnection)');
+    this.given = options.pool;
+    this.uri = options.uri;
+    this.names = sql.names(database, table);
+    if (!batch) return;
+    const batching = { maxBatch: MAX_BATCH, isolate: isItemError };
+    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), batching);
+    // Two writes to one id in one statement would both check the same old row; the second waits its turn.
+    this.updates = new Batcher((items) => this.updateBatch(items), { ...batching, distinct: (item) => idKey(item.id) });
+    this.gets = new Batcher((ids) => this.getBatch(ids), batching);
+  }
+
+  /** Creates or upgrades the table; memoized, and retried on the next call when it failed. */
+  migrate(): Promise<void> {
+    this.migrated ??= this.pool()
+      .then((pool) => migrate(pool, this.names))
+      .catch((error: unknown) => {
+        // Forget the failure, so a store created while the database was down works once it is up.
+        this.migrated = undefined;
+        throw error;
+      });
+    return this.migrated;
+  }
+
+  async insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
+    const insert: Insert = { record, relative: options?.relative === true };
+    if (tx != null) {
+      const connection = asConnection(tx);
+      await this.ready();
+      return (await insertAll(connection, this.names, [insert], true)).get(idKey(record)) as InsertResult;
+    }
+    if (this.inserts) return this.inserts.push(insert);
+    return (await this.insertBatch([insert]))[0] as InsertResult;
+  }
+
+  async update(
+    id: RecordId,
+    expect: Expectation,
+    patch: RecordPatch,
+    tx?: unknown,
+    options?: WriteOptions,
+  ): Promise<number | null> {
+    sql.checkPatch(patch);
+    const item = {
+      id: { tenant: id.tenant, action: id.action, key: id.key },
+      expect,
+      patch,
+      relative: options?.relative === true,
+    };
+    if (tx != null) {
+      const connection = asConnection(tx);
+      await this.ready();
+      return (await updateAll(connection, this.names, [item]))[0] as number | null;
+    }
+    if (this.updates) return this.updates.push(item);
+    return (await this.updateBatch([item]))[0] as number | null;
+  }
+
+  async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
+    if (tx != null) {
+      const connection = asConnection(tx);
+      await this.ready();
+      return (await selectAll(connection, this.names, [id], null, false)).get(idKey(id))?.record ?? null;
+    }
+    if (this.gets) return this.gets.push(id);
+    return (await this.getBatch([id]))[0] ?? null;
+  }
+
+  /** Pages in id order from the cursor's id on, one statement a page on the pool (no transaction). */
+  async list(query: RecordQuery): Promise<RecordPage> {
+    const { limit } = query;
+    if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError('limit must be a positive whole number');
+    const after = query.cursor === undefined ? undefined : recordFromCursor(query.cursor);
+    const rows = await rowsOf(await this.ready(), sql.listRecords(this.names, query, after));
+    const records = rows.slice(0, limit).map((row) => sql.toRecord(row as sql.RecordRow));
+    const last = records[records.length - 1];
+    return { records, cursor: rows.length > limit && last ? recordCursor(last) : null };
+  }
+
+  async purgeExpired(now: number, limit: number): Promise<number> {
+    if (!Number.isInteger(limit) || limit < 0) throw new InvalidArgumentError('purge limit must be a whole number');
+    if (limit === 0) return 0;
+    const pool = await this.ready();
+    const [result] = await retryingLocks(() => pool.query(...spread(sql.purgeExpired(this.names, now, limit))));
+    return (result as { affectedRows: number }).affectedRows;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.given || !this.pooled) return;
+    const pool = await this.pooled.catch(() => undefined);
+    await pool?.end();
+  }
+
+  private pool(): Promise<MysqlPool> {
+    if (this.given) return Promise.resolve(this.given);
+    this.pooled ??= openPool(this.uri as string);
+    return this.pooled;
+  }
+
+  /** The pool, once the table is migrated. */
+  private async ready(): Promise<MysqlPool> {
+    if (this.closed) throw new OncelyError('CLOSED', 'this mysql store is closed');
+    const pool = await this.pool();
+    await this.migrate();
+    return pool;
+  }
+
+  private async insertBatch(inserts: Insert[]): Promise<InsertResult[]> {
+    const pool = await this.ready();
+    const unique = new Map<string, Insert>();
+    for (const insert of inserts) if (!unique.has(idKey(insert.record))) unique.set(idKey(insert.record), insert);
+    const answers = await insertAll(pool, this.names, [...unique.values()], false);
+    // Duplicates within the batch share the first one's answer; only the first can have inserted it.
+    return inserts.map((insert) => {
+      const answer = answers.get(idKey(insert.record)) as InsertResult;
+      return unique.get(idKey(insert.record)) === insert
+        ? answer
+        : { inserted: false, record: { ...answer.record }, now: answer.now };
+    });
+  }
+
+  private async updateBatch(items: UpdateItem[]): Promise<(number | null)[]> {
+    const pool = await this.ready();
+    return retryingLocks(() => inTransaction(pool, (connection) => updateAll(connection, this.names, items)));
+  }
+
+  private async getBatch(ids: RecordId[]): Promise<(StoredRecord | null)[]> {
+    const found = await selectAll(await this.ready(), this.names, ids, null, false);
+    return ids.map((id) => {
+      const row = found.get(idKey(id));
+      return row ? { ...row.record } : null;
+    });
+  }
+}
