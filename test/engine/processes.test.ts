@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOncely, type Oncely } from '../../src/index.js';
+import { dropDatabase, freshDatabase, MYSQL_URL } from '../support/mysql.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
 import { startWorker } from '../support/spawn.js';
@@ -228,7 +229,7 @@ const stores: {
   name: string;
   spec: () => StoreSpec;
   cleanup?: () => Promise<void>;
-  /** Only stores with a clock of their own (PostgreSQL, Redis) run the clock-skew suite. */
+  /** Only stores with a clock of their own (PostgreSQL, Redis, MySQL) run the clock-skew suite. */
   skew?: { spec: () => StoreSpec; cleanup: () => Promise<void> };
 }[] = [
   {
@@ -263,6 +264,20 @@ const stores: {
       skew: {
         spec: (): StoreSpec => ({ kind: 'redis', url: REDIS_URL, prefix: skewPrefix }),
         cleanup: drop(skewPrefix),
+      },
+    };
+  })(),
+  (() => {
+    const database = freshDatabase();
+    const skewDatabase = freshDatabase();
+    return {
+      name: 'mysql',
+      // The store creates its database when missing.
+      spec: (): StoreSpec => ({ kind: 'mysql', uri: MYSQL_URL, database }),
+      cleanup: () => dropDatabase(database),
+      skew: {
+        spec: (): StoreSpec => ({ kind: 'mysql', uri: MYSQL_URL, database: skewDatabase }),
+        cleanup: () => dropDatabase(skewDatabase),
       },
     };
   })(),

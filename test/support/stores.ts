@@ -1,4 +1,5 @@
 import type { RecordStore } from '../../src/index.js';
+import { mysqlStore } from '../../src/mysql/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
 import { redisStore } from '../../src/redis/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
@@ -7,7 +8,8 @@ import { sqliteStore } from '../../src/sqlite/index.js';
 export type StoreSpec =
   | { kind: 'sqlite'; path: string }
   | { kind: 'postgres'; connectionString: string; schema: string }
-  | { kind: 'redis'; url: string; prefix: string };
+  | { kind: 'redis'; url: string; prefix: string }
+  | { kind: 'mysql'; uri: string; database: string };
 
 /** Opens the store a spec names. */
 export function openStore(spec: StoreSpec): RecordStore {
@@ -18,5 +20,7 @@ export function openStore(spec: StoreSpec): RecordStore {
       return postgresStore({ connectionString: spec.connectionString, schema: spec.schema });
     case 'redis':
       return redisStore({ url: spec.url, prefix: spec.prefix });
+    case 'mysql':
+      return mysqlStore({ uri: spec.uri, database: spec.database });
   }
 }
