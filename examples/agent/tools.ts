@@ -50,7 +50,6 @@ export const reviewNotice = {
     body: z.string(),
   }),
   idempotency: {
-    required: true,
     keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
     ttl: 'permanent',
   },

@@ -11,7 +11,8 @@ import {
 } from 'ai';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { ToolEnvelope } from './envelope.js';
-import type { AgentRuntime } from './runtime.js';
+import { describeTool } from './registry.js';
+import type { AgentRuntime, CallOptions } from './runtime.js';
 import type { AnyTool } from './tool.js';
 
 /** An approval response the app sent through the AI SDK, for the approver to be named from. */
@@ -44,12 +45,18 @@ export interface AiSdkToolsOptions {
    * the call answers `pending_approval` with the error `APPROVER_REQUIRED`.
    */
   approver?: Approver;
+  /**
+   * The agent run's trace id, made where the run began: kept on each record its calls claim and
+   * returned in every envelope, the same across retries (each call has its own `requestId`).
+   */
+  traceId?: string;
 }
 
 /**
  * Turns oncely tools into AI SDK tools: `generateText({ tools: toAiSdkTools([...], { runtime }) })`.
  *
- * - `execute` returns the envelope, so the model sees `deliveryState` (`already_sent`...) and `nextAction`.
+ * - `execute` returns the envelope, so the model sees `deliveryState` (`already_sent`...) and `nextAction`;
+ *   the description is the declaration's `modelDescription` (its key fields and the replay rule).
  * - The input reaches oncely as the model wrote it: oncely validates it once and answers a bad input
  *   or a missing key field with an envelope (`INPUT_INVALID`, `KEY_REQUIRED`). The model is shown the
  *   tool's own JSON Schema.
@@ -68,7 +75,7 @@ export function toAiSdkTools(tools: readonly AnyTool[], options: AiSdkToolsOptio
     tools.map((declared) => [
       declared.name,
       tool<Record<string, unknown>, ToolEnvelope>({
-        description: declared.description,
+        description: describeTool(declared).modelDescription,
         inputSchema: inputSchemaOf(declared),
         ...(declared.outbound?.approval === 'required' ? { needsApproval: true } : {}),
         execute: (input, execution) => execute(declared, input, execution, options),
@@ -97,7 +104,7 @@ export async function rejectDeniedApprovals(
     const call = toolCallOf(messages, response.approvalId);
     const declared = call && byName.get(call.toolName);
     if (!call || !declared || declared.outbound?.approval !== 'required') continue;
-    const envelope = await options.runtime.call(declared.name, call.input, { tenant: options.tenant });
+    const envelope = await options.runtime.call(declared.name, call.input, callOptions(options));
     if (envelope.deliveryState !== 'pending_approval' || !envelope.approvalId) {
       results.push(envelope);
       continue;
@@ -113,6 +120,7 @@ export async function rejectDeniedApprovals(
     results.push(
       await options.runtime.reject(envelope.approvalId, {
         approver,
+        ...(options.traceId === undefined ? {} : { traceId: options.traceId }),
         ...(response.reason === undefined ? {} : { reason: response.reason }),
       }),
     );
@@ -126,7 +134,7 @@ async function execute(
   execution: ToolExecutionOptions,
   options: AiSdkToolsOptions,
 ): Promise<ToolEnvelope> {
-  const envelope = await options.runtime.call(declared.name, input, { tenant: options.tenant });
+  const envelope = await options.runtime.call(declared.name, input, callOptions(options));
   if (envelope.deliveryState !== 'pending_approval' || !envelope.approvalId) return envelope;
   // Awaiting approval in oncely: approve only on the app's approving response to this tool call.
   const response = lastApprovalResponses(execution.messages).find(
@@ -145,7 +153,14 @@ async function execute(
     const message = 'approved in the AI SDK, but no approver is configured to record who approved; nothing was sent';
     return { ...envelope, error: { code: 'APPROVER_REQUIRED', message }, message };
   }
-  return options.runtime.approve(envelope.approvalId, { approver });
+  return options.runtime.approve(envelope.approvalId, { approver, ...callOptions(options) });
+}
+
+function callOptions(options: AiSdkToolsOptions): CallOptions {
+  return {
+    ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
+    ...(options.traceId === undefined ? {} : { traceId: options.traceId }),
+  };
 }
 
 async function approverOf(approver: Approver | undefined, approval: AiSdkApproval): Promise<string | undefined> {

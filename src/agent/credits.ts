@@ -4,7 +4,7 @@ import type { Db, Sql } from '../db/types.js';
 
 /**
  * A credit ledger with reservations bound to action ids: reserve, then confirm or release, never
- * twice. Each reservation made, confirmed or released is counted in `oncely_credits_total` under
+ * twice; an action confirmed once is charged for good (`oncely_credit_charges`), never again. Each reservation made, confirmed or released is counted in `oncely_credits_total` under
  * the tool given (the runtime gives its tool's name; a reservation does not store it, so the
  * sweep's releases count under the tool '').
  */
@@ -44,11 +44,22 @@ export class Credits {
     return row ? { account: row.account, credits: Number(row.credits), status: row.status } : null;
   }
 
+  /** When an action was charged, if it ever was (kept for good, whatever became of its reservation). */
+  async chargedAt(actionId: string): Promise<number | null> {
+    const [row] = await this.db.all<{ charged_at: number | string }>(
+      'SELECT charged_at FROM oncely_credit_charges WHERE action_id = ?',
+      [actionId],
+    );
+    return row ? Number(row.charged_at) : null;
+  }
+
   /**
    * Holds `credits` for `actionId`, or fails with BUDGET_EXCEEDED. A retry of the same action finds
-   * its reservation (reserved or confirmed) and holds nothing more. Every step is a conditional
-   * write, so two processes racing on one action hold its credits once. `life` tells the record's
-   * lives apart (the engine's trace id); `tool` is the label it is counted under.
+   * its reservation and holds nothing more (`'held'`); a released one is held again. An action
+   * charged before is never held nor charged again: `'charged'`, whatever its record's TTL did.
+   * Every step is a conditional write, so two processes racing on one action hold its credits
+   * once. `life` is the record's trace id that holds it (for the admin pages); `tool` the label it
+   * is counted under.
    */
   async reserve(
     account: string,
@@ -57,28 +68,29 @@ export class Credits {
     expiresAt: number,
     life = '',
     tool = '',
-  ): Promise<void> {
-    const held = await this.db.transaction(async (tx) => {
+  ): Promise<'reserved' | 'held' | 'charged'> {
+    const outcome = await this.db.transaction(async (tx) => {
+      const charged = await tx.all('SELECT 1 AS one FROM oncely_credit_charges WHERE action_id = ?', [actionId]);
+      if (charged.length) return 'charged' as const;
       const created = await tx.run(
         `INSERT INTO oncely_credit_reservations (action_id, account, credits, status, created_at, expires_at, life)
          VALUES (?, ?, ?, 'reserved', ?, ?, ?) ON CONFLICT (action_id) DO NOTHING`,
         [actionId, account, credits, Date.now(), expiresAt, life],
       );
-      // A released reservation is held again; so is a confirmed one of an earlier life of the record
-      // (it expired, so this is a new intent under the same key, charged anew).
       const revived =
         created === 0 &&
         (await tx.run(
           `UPDATE oncely_credit_reservations SET status = 'reserved', expires_at = ?, settled_at = NULL, life = ?
-           WHERE action_id = ? AND (status = 'released' OR (status = 'confirmed' AND life <> ?))`,
-          [expiresAt, life, actionId, life],
+           WHERE action_id = ? AND status = 'released'`,
+          [expiresAt, life, actionId],
         )) === 1;
       if (created === 0 && !revived) {
-        await tx.run(
+        const extended = await tx.run(
           `UPDATE oncely_credit_reservations SET expires_at = ? WHERE action_id = ? AND status = 'reserved'`,
           [expiresAt, actionId],
         );
-        return false;
+        // Confirmed but its charge row missing cannot happen (both are written in one transaction).
+        return extended === 1 ? ('held' as const) : ('charged' as const);
       }
       const taken = await tx.run(
         'UPDATE oncely_credit_accounts SET balance = balance - ? WHERE account = ? AND balance >= ?',
@@ -87,30 +99,36 @@ export class Credits {
       // Thrown inside the transaction: the reservation written above rolls back with it.
       if (taken !== 1)
         throw new OncelyError('BUDGET_EXCEEDED', `account ${account} has fewer than ${credits} credit(s) left`);
-      return true;
+      return 'reserved' as const;
     });
-    if (held) this.metrics.add('oncely_credits_total', [tool, 'reserved']);
+    if (outcome === 'reserved') this.metrics.add('oncely_credits_total', [tool, 'reserved']);
+    return outcome;
   }
 
-  /** Makes a reservation final. One the sweep released meanwhile is charged again: its effect did happen. */
+  /**
+   * Makes a reservation final and records the action's charge for good. One the sweep released
+   * meanwhile is charged again: its effect did happen.
+   */
   async confirm(actionId: string, tool = ''): Promise<void> {
     const confirmed = await this.db.transaction(async (tx) => {
       const now = Date.now();
-      if (
-        (await tx.run(
-          `UPDATE oncely_credit_reservations SET status = 'confirmed', settled_at = ? WHERE action_id = ? AND status = 'reserved'`,
-          [now, actionId],
-        )) === 1
-      )
-        return true;
-      if (
-        (await tx.run(
-          `UPDATE oncely_credit_reservations SET status = 'confirmed', settled_at = ? WHERE action_id = ? AND status = 'released'`,
-          [now, actionId],
-        )) !== 1
-      )
-        return false;
-      await this.move(tx, actionId, -1);
+      const [row] = await tx.all<{ account: string; credits: number | string; status: string }>(
+        `SELECT account, credits, status FROM oncely_credit_reservations WHERE action_id = ? AND status IN ('reserved', 'released')`,
+        [actionId],
+      );
+      if (!row) return false;
+      const changed = await tx.run(
+        `UPDATE oncely_credit_reservations SET status = 'confirmed', settled_at = ? WHERE action_id = ? AND status = ?`,
+        [now, actionId, row.status],
+      );
+      if (changed !== 1) return false;
+      await tx.run('INSERT INTO oncely_credit_charges (action_id, account, credits, charged_at) VALUES (?, ?, ?, ?)', [
+        actionId,
+        row.account,
+        Number(row.credits),
+        now,
+      ]);
+      if (row.status === 'released') await this.move(tx, actionId, -1);
       return true;
     });
     if (confirmed) this.metrics.add('oncely_credits_total', [tool, 'confirmed']);

@@ -2,9 +2,9 @@ import type { AnyErrorCode } from '../core/errors.js';
 
 /**
  * What a model learns from a call. `already_sent` means the effect happened on an earlier call:
- * the model must not "repair" it by sending again.
+ * the model must not "repair" it by sending again. `read` is a read-only tool's answer: nothing changed.
  */
-export type DeliveryState = 'sent' | 'already_sent' | 'pending_approval' | 'rejected' | 'failed' | 'unknown';
+export type DeliveryState = 'sent' | 'already_sent' | 'read' | 'pending_approval' | 'rejected' | 'failed' | 'unknown';
 
 /** What the model should do next. */
 export type NextAction = 'continue' | 'wait' | 'stop';
@@ -35,6 +35,7 @@ export interface ToolEnvelope<O = unknown> {
 const NEXT: Record<DeliveryState, NextAction> = {
   sent: 'continue',
   already_sent: 'continue',
+  read: 'continue',
   pending_approval: 'wait',
   rejected: 'stop',
   failed: 'stop',

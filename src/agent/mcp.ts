@@ -12,6 +12,7 @@ import type { AnyErrorCode } from '../core/errors.js';
 import { validateId } from '../core/key.js';
 import { contextFromHeaders, withContext } from '../core/tracing.js';
 import type { ToolEnvelope } from './envelope.js';
+import { describeTool } from './registry.js';
 import type { AgentRuntime } from './runtime.js';
 import { type AnyTool, isDestructive } from './tool.js';
 
@@ -42,7 +43,7 @@ export const META_TRACE_ID = 'oncely/traceId';
 const ENVELOPE_SCHEMA = z.looseObject({
   success: z.boolean(),
   data: z.unknown(),
-  deliveryState: z.enum(['sent', 'already_sent', 'pending_approval', 'rejected', 'failed', 'unknown']),
+  deliveryState: z.enum(['sent', 'already_sent', 'read', 'pending_approval', 'rejected', 'failed', 'unknown']),
   idempotencyKey: z.string().nullable(),
   actionId: z.string().nullable(),
   firstExecutedAt: z.number().nullable(),
@@ -57,9 +58,12 @@ const ENVELOPE_SCHEMA = z.looseObject({
 /**
  * Registers oncely tools on an MCP server, so any client may call them any number of times.
  *
+ * - The description is the declaration's `modelDescription` (registry.ts): the tool's own text, its
+ *   key fields and the replay rule, so the model knows calling again is safe and repairing is not.
  * - Annotations are honest: `idempotentHint: true` (a repeated call has no further effect),
- *   `destructiveHint` from the declaration, `readOnlyHint: false`, and `openWorldHint: true` for a
- *   tool that sends an outbound message (left unset otherwise: MCP's default, "may be open").
+ *   `destructiveHint` from the declaration, `readOnlyHint` true only for a `readOnly` tool, and
+ *   `openWorldHint: true` for a tool that sends an outbound message (left unset otherwise: MCP's
+ *   default, "may be open").
  * - Every call answers with the envelope, as JSON text and as `structuredContent` (described by the
  *   tool's `outputSchema`); `isError` is set when it did not succeed, except while awaiting approval.
  * - The arguments go to the runtime as the client sent them: oncely validates them once, so a bad
@@ -83,7 +87,7 @@ export function registerTools(
     server.registerTool(
       tool.name,
       {
-        description: tool.description,
+        description: describeTool(tool).modelDescription,
         inputSchema: passThrough(tool),
         outputSchema: ENVELOPE_SCHEMA,
         annotations: annotationsOf(tool),
@@ -106,7 +110,7 @@ export function registerTools(
 /** The hints a client sees for a tool. */
 export function annotationsOf(tool: AnyTool): ToolAnnotations {
   return {
-    readOnlyHint: false,
+    readOnlyHint: tool.readOnly === true,
     destructiveHint: isDestructive(tool),
     idempotentHint: true,
     ...(tool.outbound ? { openWorldHint: true } : {}),

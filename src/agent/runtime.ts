@@ -19,7 +19,7 @@ import {
 import { Credits } from './credits.js';
 import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.js';
 import { migrateAgentTables } from './tables.js';
-import type { AnyTool } from './tool.js';
+import type { AnyTool, EffectTool, ReadTool } from './tool.js';
 
 /**
  * Options of `createAgentRuntime`. The observe options (`logger`, `onDecision`, `metrics`,
@@ -97,7 +97,8 @@ export class AgentRuntime {
       if (this.tools.has(tool.name)) throw new InvalidArgumentError(`two tools are named ${tool.name}`);
       this.tools.set(tool.name, tool);
       // Under the action its calls run as (see execute): `once.reconcile` asks it about their unknown records.
-      if (tool.reconcile) options.once.registerReconcile(toolAction(tool.name), tool.reconcile, tool.idempotency.ttl);
+      if (!tool.readOnly && tool.reconcile)
+        options.once.registerReconcile(toolAction(tool.name), tool.reconcile, tool.idempotency.ttl);
     }
     this.observer = new Observer(options);
     this.credits = new Credits(options.db, this.observer.metrics);
@@ -128,6 +129,7 @@ export class AgentRuntime {
     if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `there is no tool named ${name}`);
     track.tool = tool.name;
     const checked = await tool.input['~standard'].validate(raw);
+    const tenant = options.tenant ?? this.tenant;
     if (checked.issues)
       return failed(
         requestId,
@@ -135,6 +137,7 @@ export class AgentRuntime {
         `fix the input and call again: ${checked.issues.map((i) => `${(i.path ?? []).join('.')} ${i.message}`.trim()).join('; ')}`,
       );
     const input = checked.value as Record<string, unknown>;
+    if (tool.readOnly) return this.read(tool, input, tenant, requestId, options);
     let key: string;
     try {
       key =
@@ -148,8 +151,7 @@ export class AgentRuntime {
         `${(error as Error).message}; the key fields are ${tool.idempotency.keyFields.join(', ')}`,
       );
     }
-    const tenant = options.tenant ?? this.tenant;
-    const actionId = stableUuid(tenant, `tool:${tool.name}`, key, 'action');
+    const actionId = actionIdOf(tool, tenant, key, input);
     if (tool.outbound?.approval === 'required') {
       const preview = tool.outbound.preview(input as never);
       const now = Date.now();
@@ -204,7 +206,8 @@ export class AgentRuntime {
     const { approval, decided } = await decideApproval(this.options.db, approvalId, 'approved', by.approver, null);
     if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
     const tool = this.tools.get(approval.tool);
-    if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
+    if (!tool || tool.readOnly)
+      return failed(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
     track.tool = tool.name;
     if (decided) this.countApproval(tool.name, decided);
     if (approval.status !== 'approved')
@@ -322,8 +325,31 @@ export class AgentRuntime {
     this.observer.metrics.add('oncely_approvals_total', [tool, decision]);
   }
 
+  /** Runs a read-only tool: no key, no record, no reservation. */
+  private async read(
+    tool: ReadTool,
+    input: Record<string, unknown>,
+    tenant: string,
+    requestId: string,
+    ids: { traceId?: string },
+  ): Promise<ToolEnvelope> {
+    const traceId = ids.traceId ?? randomUUID();
+    const base = { key: null, actionId: null };
+    try {
+      const data = await tool.execute(input as never, { tenant, traceId, requestId });
+      return { ...envelope('read', requestId, base, traceId, 'read; nothing changed'), data };
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      const text = error instanceof Error ? error.message : String(error);
+      return {
+        ...envelope('failed', requestId, base, traceId, `failed: ${text}`),
+        error: { code: typeof code === 'string' ? code : 'TOOL_FAILED', message: text },
+      };
+    }
+  }
+
   private async execute(
-    tool: AnyTool,
+    tool: EffectTool,
     input: Record<string, unknown>,
     key: string,
     tenant: string,
@@ -352,9 +378,8 @@ export class AgentRuntime {
         async (ctx) => {
           traceId = ctx.traceId;
           const account = tool.cost?.account({ tenant });
-          if (tool.cost && account)
-            // The record's life (its trace id survives takeovers, not expiry) tells a retry from a new intent.
-            await this.credits.reserve(
+          if (tool.cost && account) {
+            const held = await this.credits.reserve(
               account,
               tool.cost.credits,
               actionId,
@@ -362,6 +387,12 @@ export class AgentRuntime {
               ctx.traceId,
               tool.name,
             );
+            // One action is charged once, ever: its record expired (or its holder died after the
+            // charge), so it neither runs nor charges again. Thrown, the key is released: every
+            // later call of the action gets this same answer.
+            if (held === 'charged')
+              throw new OncelyError('ACTION_CHARGED', `action ${actionId} was done and charged already`);
+          }
           try {
             const data = await tool.execute(input as never, {
               idempotencyKey: key,
@@ -391,6 +422,17 @@ export class AgentRuntime {
       const code = (error as { code?: unknown }).code;
       const text = error instanceof Error ? error.message : String(error);
       traceId = (error as { record?: { traceId?: string } }).record?.traceId ?? traceId;
+      if (code === 'ACTION_CHARGED')
+        return {
+          ...envelope(
+            'already_sent',
+            requestId,
+            base,
+            traceId,
+            'already sent and charged earlier; its result is no longer kept; do not send again',
+          ),
+          firstExecutedAt: await this.credits.chargedAt(actionId),
+        };
       if (code === 'OUTCOME_UNKNOWN' || code === 'IN_PROGRESS' || code === 'LEASE_LOST')
         return {
           ...envelope('unknown', requestId, base, traceId, 'the outcome is not known yet; do not send again, wait'),
@@ -419,7 +461,17 @@ export async function createAgentRuntime(options: AgentRuntimeOptions): Promise<
   return new AgentRuntime(options);
 }
 
-function keyParts(tool: AnyTool, input: Record<string, unknown>): (string | number)[] {
+/**
+ * The action's id: the same on every retry of one intent. With `actionFields`, their values are
+ * part of it, so a run after the record expired is a new action only when they differ.
+ */
+function actionIdOf(tool: EffectTool, tenant: string, key: string, input: Record<string, unknown>): string {
+  const fields = tool.idempotency.actionFields;
+  const parts = fields ? [JSON.stringify(fields.map((f) => input[f] ?? null))] : [];
+  return stableUuid(tenant, toolAction(tool.name), key, 'action', ...parts);
+}
+
+function keyParts(tool: EffectTool, input: Record<string, unknown>): (string | number)[] {
   return tool.idempotency.keyFields.map((field) => {
     const value = input[field];
     if (typeof value === 'string' || typeof value === 'number') return value;
@@ -435,7 +487,7 @@ function envelope(
   message: string,
 ): ToolEnvelope {
   return {
-    success: state === 'sent' || state === 'already_sent',
+    success: state === 'sent' || state === 'already_sent' || state === 'read',
     data: null,
     deliveryState: state,
     idempotencyKey: ids.key,

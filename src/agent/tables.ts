@@ -48,12 +48,26 @@ const AGE_INDEXES = [
     WHERE status = 'reserved'`,
 ];
 
+/**
+ * One row per action ever charged, kept for good (retention purges settled reservations, never
+ * these): the ledger's proof that an action id is charged at most once, whatever the tool's TTL.
+ */
+const CHARGES = [
+  `CREATE TABLE IF NOT EXISTS oncely_credit_charges (
+    action_id TEXT PRIMARY KEY,
+    account TEXT NOT NULL,
+    credits BIGINT NOT NULL,
+    charged_at BIGINT NOT NULL
+  )`,
+];
+
 /** The agent's versioned tables. */
 export const agentMigrations: Migrations = {
   component: 'agent',
   steps: [
     { version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES },
     { version: 2, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
+    { version: 3, sqlite: CHARGES, postgres: CHARGES },
   ],
 };
 

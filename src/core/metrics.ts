@@ -105,7 +105,7 @@ export const METRICS = {
   },
   oncely_tool_calls_total: {
     type: 'counter',
-    help: "Agent tool calls (call, approve, reject) by the envelope's delivery state: sent, already_sent, pending_approval, rejected, failed, unknown; tool '' when the name is no declared tool",
+    help: "Agent tool calls (call, approve, reject) by the envelope's delivery state: sent, already_sent, read, pending_approval, rejected, failed, unknown; tool '' when the name is no declared tool",
     labels: ['tool', 'state'],
   },
   oncely_approvals_total: {

@@ -9,6 +9,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ToolEnvelope } from '../../src/agent/index.js';
 import { type RegisterToolsOptions, registerTools } from '../../src/agent/mcp.js';
+import { describeTool } from '../../src/agent/registry.js';
 import { exampleTools, Mailer, notice, openRuntime, pingTool, TENANT } from './tools.js';
 
 const closers: (() => Promise<void>)[] = [];
@@ -37,15 +38,21 @@ async function setUp(options: { delayMs?: number; tenant?: RegisterToolsOptions[
     expect(JSON.parse(text?.text ?? 'null')).toEqual(envelope);
     return { envelope, isError: result.isError };
   };
-  return { mailer, runtime, client, call };
+  return { mailer, runtime, client, call, tools };
 }
 
 describe('MCP adapter', () => {
   it('lists every tool with honest annotations, its JSON Schema and the envelope as output schema', async () => {
-    const { client } = await setUp();
+    const { client, tools: runtimeTools } = await setUp();
     const { tools } = await client.listTools();
     const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-    expect(Object.keys(byName).sort()).toEqual(['addNote', 'ping', 'sendApprovedNotice', 'sendReviewNotice']);
+    expect(Object.keys(byName).sort()).toEqual([
+      'addNote',
+      'lookupTask',
+      'ping',
+      'sendApprovedNotice',
+      'sendReviewNotice',
+    ]);
     expect(byName.sendReviewNotice?.annotations).toEqual({
       readOnlyHint: false,
       destructiveHint: true,
@@ -53,7 +60,18 @@ describe('MCP adapter', () => {
       openWorldHint: true,
     });
     expect(byName.addNote?.annotations).toEqual({ readOnlyHint: false, destructiveHint: false, idempotentHint: true });
-    expect(byName.sendReviewNotice?.description).toBe('Sends a review notice to the recipient of a task.');
+    expect(byName.lookupTask?.annotations).toEqual({
+      readOnlyHint: true,
+      destructiveHint: false,
+      idempotentHint: true,
+    });
+    // The description is the declaration's: the key fields and the replay rule reach the model.
+    const described = Object.fromEntries(runtimeTools.map((t) => [t.name, describeTool(t).modelDescription]));
+    expect(byName.sendReviewNotice?.description).toBe(described.sendReviewNotice);
+    expect(byName.sendReviewNotice?.description).toContain(
+      'Sends a review notice to the recipient of a task. Calling again with the same taskId, recipientId, templateId and entityVersion returns the first result as already_sent; do not retry to repair it.',
+    );
+    expect(byName.lookupTask?.description).toMatch(/Read-only: it changes nothing and needs no key/);
     const input = byName.sendReviewNotice?.inputSchema;
     expect(input?.type).toBe('object');
     expect(input?.required).toEqual(['taskId', 'recipientId', 'templateId', 'entityVersion', 'body']);
@@ -93,6 +111,19 @@ describe('MCP adapter', () => {
     expect(rephrased.envelope.deliveryState).toBe('already_sent');
     expect(mailer.sent).toHaveLength(1);
     expect(await runtime.credits.balance(TENANT)).toBe(9);
+  });
+
+  it('runs a read-only tool on every call: read, no key, no record', async () => {
+    const { call, mailer, runtime } = await setUp();
+    const first = await call('lookupTask', { taskId: 'T-1' }, { 'oncely/traceId': 'trace-read' });
+    const second = await call('lookupTask', { taskId: 'T-1' });
+    expect(first).toMatchObject({
+      isError: false,
+      envelope: { deliveryState: 'read', idempotencyKey: null, traceId: 'trace-read', data: { lookups: 1 } },
+    });
+    expect(second.envelope).toMatchObject({ deliveryState: 'read', data: { lookups: 2 } });
+    expect(mailer.lookups).toBe(2);
+    expect(await runtime.credits.balance(TENANT)).toBe(10);
   });
 
   it('executes a parallel identical pair once', async () => {

@@ -54,11 +54,7 @@ function sendReviewNotice(
     name: 'sendReviewNotice',
     description: 'Sends the review notice of a task version to one recipient.',
     input: reviewInput,
-    idempotency: {
-      required: true,
-      keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
-      ttl: 'permanent',
-    },
+    idempotency: { keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'], ttl: 'permanent' },
     outbound: {
       preview: (i) => ({ to: i.recipientId, body: i.body }),
       approval: options.approval ?? 'none',
@@ -491,25 +487,143 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
       });
     });
 
-    // The reservation is tied to the record's life (its trace id): after expiry the intent is new and charged anew.
-    it('a finite TTL: once the record expired, the new execution is charged again', async () => {
+    // The seed: "cost deduction is deduplicated permanently", bound to the actionId, whatever the TTL.
+    it('a finite TTL: after the record expired the same action is neither run nor charged again; another action is', async () => {
       const mailer = new Mailer();
       const short = defineTool({
         name: 'sendShortLived',
         description: 'A notice whose record answers duplicates for 200ms only.',
         input: reviewInput,
-        idempotency: { keyFields: ['taskId', 'recipientId'], ttl: '200ms' },
+        idempotency: {
+          keyFields: ['taskId', 'recipientId'],
+          fingerprintFields: ['taskId', 'recipientId', 'entityVersion'],
+          actionFields: ['entityVersion'],
+          ttl: '200ms',
+        },
         cost: { credits: 1, account: (ctx) => ctx.tenant },
         execute: (input, ctx) => mailer.send(input.recipientId, input.body, ctx),
       });
       const { agent, tenant } = await runtime([short]);
-      expect((await agent.call('sendShortLived', notice())).deliveryState).toBe('sent');
+      const first = await agent.call('sendShortLived', notice());
+      expect(first.deliveryState).toBe('sent');
       expect((await agent.call('sendShortLived', notice())).deliveryState).toBe('already_sent');
+      // Within the TTL, another action under the same key is the caller's mistake, not a new send.
+      expect((await agent.call('sendShortLived', { ...notice(), entityVersion: 4 })).error?.code).toBe('KEY_REUSED');
       await sleep(300);
-      expect((await agent.call('sendShortLived', notice())).deliveryState).toBe('sent');
+      const again = await agent.call('sendShortLived', notice());
+      expect(again).toMatchObject({
+        success: true,
+        deliveryState: 'already_sent',
+        nextAction: 'continue',
+        actionId: first.actionId,
+        data: null,
+      });
+      // When it was charged: the send finished, just before its record was written.
+      expect(again.firstExecutedAt).toBe(await agent.credits.chargedAt(first.actionId as string));
+      expect(again.firstExecutedAt).toBeLessThanOrEqual(first.firstExecutedAt as number);
+      expect(again.message).toMatch(/charged earlier/);
+      expect(mailer.sent).toHaveLength(1);
+      expect(await agent.credits.balance(tenant)).toBe(9);
+      // Another version after expiry is a new action: sent and charged once.
+      const next = await agent.call('sendShortLived', { ...notice(), entityVersion: 4 });
+      expect(next).toMatchObject({ deliveryState: 'sent' });
+      expect(next.actionId).not.toBe(first.actionId);
       expect(mailer.sent).toHaveLength(2);
-      // Two e-mails went out: two credits.
       expect(await agent.credits.balance(tenant)).toBe(8);
+      // The charge outlives its reservation row (retention purges settled ones): still never twice.
+      await backend.db.run('DELETE FROM oncely_credit_reservations WHERE action_id = ?', [first.actionId]);
+      await sleep(300);
+      expect(await agent.call('sendShortLived', notice())).toMatchObject({ deliveryState: 'already_sent' });
+      expect(mailer.sent).toHaveLength(2);
+      expect(await agent.credits.balance(tenant)).toBe(8);
+      expect(await agent.credits.chargedAt(first.actionId as string)).toBe(again.firstExecutedAt);
+    });
+
+    it('refuses a cost with a finite TTL unless actionFields say what makes a new action', () => {
+      const declare = (idempotency: Record<string, unknown>) => () =>
+        defineTool({
+          name: 'sendCharged',
+          description: 'A charged notice.',
+          input: reviewInput,
+          idempotency: { keyFields: ['taskId'], ttl: '1h', ...idempotency },
+          cost: { credits: 1, account: (ctx) => ctx.tenant },
+          execute: () => 'sent',
+        });
+      expect(declare({})).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/actionFields/) }),
+      );
+      // Key fields name no new action after expiry; fields outside the fingerprint would replay under another action.
+      expect(declare({ actionFields: ['taskId'] })).toThrow(/actionFields must be fingerprint fields/);
+      expect(declare({ actionFields: ['entityVersion'] })).toThrow(/actionFields must be fingerprint fields/);
+      expect(declare({ actionFields: [] })).toThrow(/actionFields/);
+      expect(
+        declare({ fingerprintFields: ['taskId', 'entityVersion'], actionFields: ['entityVersion'] }),
+      ).not.toThrow();
+      expect(declare({ ttl: 'permanent' })).not.toThrow();
+    });
+
+    it('idempotency.required is gone: required false is refused, never silently ignored', () => {
+      expect(() =>
+        defineTool({
+          name: 'sendUnkeyed',
+          description: 'A notice.',
+          input: reviewInput,
+          idempotency: { keyFields: ['taskId'], ttl: 'permanent', required: false } as never,
+          execute: () => 'sent',
+        }),
+      ).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/readOnly/) }));
+    });
+
+    describe('read-only tools', () => {
+      const lookupInput = z.object({ taskId: z.string() });
+      it('run every call with no key, no record and no reservation, and answer read', async () => {
+        let reads = 0;
+        const lookup = defineTool({
+          name: 'lookupTask',
+          description: 'Reads a task.',
+          input: lookupInput,
+          readOnly: true,
+          execute: (input, ctx) => ({ taskId: input.taskId, reads: ++reads, tenant: ctx.tenant }),
+        });
+        const { agent, tenant } = await runtime([lookup], 0);
+        const first = await agent.call('lookupTask', { taskId: 'T-1' }, { traceId: 'trace-read-1' });
+        expect(first).toMatchObject({
+          success: true,
+          deliveryState: 'read',
+          nextAction: 'continue',
+          idempotencyKey: null,
+          actionId: null,
+          traceId: 'trace-read-1',
+          data: { taskId: 'T-1', reads: 1, tenant },
+        });
+        const second = await agent.call('lookupTask', { taskId: 'T-1' });
+        expect(second).toMatchObject({ deliveryState: 'read', data: { reads: 2 } });
+        expect(second.requestId).not.toBe(first.requestId);
+        expect(second.traceId).not.toBe('trace-read-1');
+        expect((await backend.once.list({ tenant })).records).toEqual([]);
+        const held = await backend.db.all('SELECT * FROM oncely_credit_reservations WHERE account = ?', [tenant]);
+        expect(held).toEqual([]);
+        expect(await agent.call('lookupTask', { taskId: 7 })).toMatchObject({ error: { code: 'INPUT_INVALID' } });
+      });
+
+      it('declare nothing of effects: key fields, an outbound message, a cost or destructive are refused', () => {
+        for (const extra of [
+          { idempotency: { keyFields: ['taskId'], ttl: 'permanent' } },
+          { cost: { credits: 1, account: () => 'a' } },
+          { outbound: { preview: () => null } },
+          { destructive: true },
+        ])
+          expect(() =>
+            defineTool({
+              name: 'lookupTask',
+              description: 'Reads a task.',
+              input: lookupInput,
+              readOnly: true,
+              ...(extra as object),
+              execute: () => null,
+            }),
+          ).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/readOnly/) }));
+      });
     });
 
     it('refuses a tool that needs approval unless its records are permanent', () => {
@@ -529,10 +643,18 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
       const registry = createRegistry([
         sendReviewNotice(new Mailer(), { approval: 'required' }),
         defineTool({
-          name: 'lookupTask',
-          description: 'Reads a task.',
+          name: 'addTaskNote',
+          description: 'Adds a note to a task',
           input: z.object({ taskId: z.string(), note: z.string() }),
           idempotency: { keyFields: ['taskId'], fingerprintFields: ['taskId', 'note'], ttl: '5m' },
+          destructive: false,
+          execute: (input) => ({ id: input.taskId }),
+        }),
+        defineTool({
+          name: 'lookupTask',
+          description: 'Reads a task.',
+          input: z.object({ taskId: z.string() }),
+          readOnly: true,
           execute: (input) => ({ id: input.taskId }),
         }),
       ]);
@@ -542,22 +664,53 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
         {
           name: 'sendReviewNotice',
           description: 'Sends the review notice of a task version to one recipient.',
+          readOnly: false,
           keyFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
           fingerprintFields: ['taskId', 'recipientId', 'templateId', 'entityVersion'],
+          actionFields: [],
           ttlMs: null,
           approval: 'required',
+          approvalTtlMs: 86_400_000,
+          outbound: true,
           cost: { credits: 1 },
           destructive: true,
+          reconciles: false,
+          modelDescription:
+            'Sends the review notice of a task version to one recipient. Calling again with the same taskId, recipientId, templateId and entityVersion returns the first result as already_sent; do not retry to repair it. A person approves the exact content first (pending_approval): wait, do not call again with other content. Each action costs 1 credit(s), charged once.',
+        },
+        {
+          name: 'addTaskNote',
+          description: 'Adds a note to a task',
+          readOnly: false,
+          keyFields: ['taskId'],
+          fingerprintFields: ['taskId', 'note'],
+          actionFields: [],
+          ttlMs: 300_000,
+          approval: 'none',
+          approvalTtlMs: null,
+          outbound: false,
+          cost: null,
+          destructive: false,
+          reconciles: false,
+          modelDescription:
+            'Adds a note to a task. Calling again with the same taskId returns the first result as already_sent; do not retry to repair it. A call with the same taskId but another note is refused (KEY_REUSED). After 5m the same taskId runs again.',
         },
         {
           name: 'lookupTask',
           description: 'Reads a task.',
-          keyFields: ['taskId'],
-          fingerprintFields: ['taskId', 'note'],
-          ttlMs: 300_000,
+          readOnly: true,
+          keyFields: [],
+          fingerprintFields: [],
+          actionFields: [],
+          ttlMs: null,
           approval: 'none',
+          approvalTtlMs: null,
+          outbound: false,
           cost: null,
           destructive: false,
+          reconciles: false,
+          modelDescription:
+            'Reads a task. Read-only: it changes nothing and needs no key; call it whenever you need to.',
         },
       ]);
     });

@@ -1,7 +1,8 @@
 /**
  * Example tools and a SQLite-backed runtime for the adapter tests (MCP and AI SDK): a mailer that
- * records every send (no dedupe of its own), a notice tool, the same notice behind an approval, and
- * a note tool whose key field is optional in its schema so KEY_REQUIRED is reachable.
+ * records every send (no dedupe of its own), a notice tool, the same notice behind an approval, a
+ * note tool whose key field is optional in its schema so KEY_REQUIRED is reachable, and a read-only
+ * lookup.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,8 @@ export const TENANT = 'acme';
 /** A downstream mailer: it sends whatever it is asked to, so any duplicate shows. */
 export class Mailer {
   readonly sent: { to: string; body: string; idempotencyKey: string }[] = [];
+  /** How often lookupTask ran: a read-only tool runs on every call. */
+  lookups = 0;
   constructor(private readonly delayMs = 0) {}
   async send(to: string, body: string, idempotencyKey: string) {
     if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
@@ -60,7 +63,14 @@ export function exampleTools(mailer: Mailer) {
     destructive: false,
     execute: (input) => ({ noted: input.text }),
   });
-  return { sendReviewNotice, sendApprovedNotice, addNote };
+  const lookupTask = defineTool({
+    name: 'lookupTask',
+    description: 'Reads the status of a task.',
+    input: z.object({ taskId: z.string() }),
+    readOnly: true,
+    execute: (input) => ({ taskId: input.taskId, status: 'in_review', lookups: ++mailer.lookups }),
+  });
+  return { sendReviewNotice, sendApprovedNotice, addNote, lookupTask };
 }
 
 /** A runtime over one temporary SQLite file (engine records, approvals and credits), with credits granted. */
