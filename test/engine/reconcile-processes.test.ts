@@ -1,6 +1,6 @@
 /**
- * Issue 15's proof of reconciliation, across processes with kill -9, on SQLite, PostgreSQL and
- * Redis: a real gateway (node:http, charging once per key) and a charging process under
+ * Issue 15's proof of reconciliation, across processes with kill -9, on SQLite, PostgreSQL,
+ * Redis and MySQL: a real gateway (node:http, charging once per key) and a charging process under
  * `onLeaseExpired: 'hold'` killed at one window. Killed after the gateway charged, before the
  * outcome was stored: this process's reconcile asks the gateway by the key and settles the record
  * as succeeded with the gateway's charge; a duplicate replays it and the gateway charged once.
@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Metrics } from '../../src/core/metrics.js';
 import { createOncely, type Oncely } from '../../src/index.js';
+import { dropDatabase, freshDatabase, MYSQL_URL } from '../support/mysql.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
 import { startWorker } from '../support/spawn.js';
@@ -131,4 +132,11 @@ describeCrashes(
     await dropPrefix(client, prefix);
     await client.quit();
   },
+);
+
+const database = freshDatabase();
+describeCrashes(
+  'MySQL',
+  () => ({ kind: 'mysql', uri: MYSQL_URL, database }),
+  () => dropDatabase(database),
 );
