@@ -1,0 +1,64 @@
+/** The line a kit child prints once it can be started with a line on stdin. */
+export const READY_LINE = 'oncely:ready';
+/** The prefix of the line carrying a kit child's outcomes as JSON. */
+export const RESULT_LINE = 'oncely:result';
+
+/** What one caller got, as the kit reports it: in this process or across a child's stdout (JSON). */
+export interface CallerOutcome {
+  /** The caller's number, from 0, in the order the storm made them. */
+  caller: number;
+  /** How it was made: 'sequential', 'concurrent', or 'process <k>' for a child process's call. */
+  phase: string;
+  ok: boolean;
+  /** What the call returned (a RunResult's `value` when it returned one). */
+  value?: unknown;
+  /** From a RunResult (wrap, run, an agent tool's result): whether it was replayed. */
+  replayed?: boolean;
+  /** From a RunResult: the record's fence (above 1 after a takeover). */
+  fence?: number;
+  /** From a thrown error: its `code` (an OncelyError's), else absent. */
+  code?: string;
+  message?: string;
+}
+
+/** The outcome of one settled call, read the way every surface answers. */
+export function outcomeOf(caller: number, phase: string, settled: PromiseSettledResult<unknown>): CallerOutcome {
+  if (settled.status === 'rejected') {
+    const error = settled.reason as { code?: unknown; message?: unknown };
+    const code = typeof error?.code === 'string' ? error.code : undefined;
+    const message = typeof error?.message === 'string' ? error.message : String(settled.reason);
+    return { caller, phase, ok: false, ...(code ? { code } : {}), message };
+  }
+  const got = settled.value as { value?: unknown; replayed?: unknown; record?: { fence?: unknown } } | undefined;
+  if (got && typeof got === 'object' && typeof got.replayed === 'boolean') {
+    const fence = typeof got.record?.fence === 'number' ? got.record.fence : undefined;
+    return { caller, phase, ok: true, value: got.value, replayed: got.replayed, ...(fence ? { fence } : {}) };
+  }
+  return { caller, phase, ok: true, value: settled.value };
+}
+
+/** A short text of what a caller got: 'replayed', 'executed', 'IN_PROGRESS', 'ok', 'error: ...'. */
+export function gotOf(outcome: CallerOutcome): string {
+  if (!outcome.ok) return outcome.code ?? `error: ${outcome.message ?? ''}`.slice(0, 60);
+  if (outcome.replayed === true) return 'replayed';
+  if (outcome.replayed === false) return outcome.fence && outcome.fence > 1 ? 'taken over' : 'executed';
+  return 'ok';
+}
+
+/** Counts of each `gotOf` text, e.g. { executed: 1, replayed: 9 }. */
+export function tally(outcomes: CallerOutcome[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const o of outcomes) counts[gotOf(o)] = (counts[gotOf(o)] ?? 0) + 1;
+  return counts;
+}
+
+/** A plain-text table: a header row and one row per line, columns padded to their widest cell. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
+  return [line(header), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
+}
