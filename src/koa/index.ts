@@ -1,0 +1,2 @@
+export type { IdempotencyOptions } from '../http/gate.js';
+export { idempotency } from './middleware.js';
