@@ -1,0 +1,240 @@
+import { randomUUID } from 'node:crypto';
+import mysql from 'mysql2/promise';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createOncely, type StoredRecord } from '../../../src/index.js';
+import { mysqlStore } from '../../../src/mysql/index.js';
+import { createDatabase, databaseUrl, dropDatabase, freshDatabase, MYSQL_URL, testPool } from '../../support/mysql.js';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const database = freshDatabase();
+const pool = testPool(database);
+const count = async (sql: string, values: unknown[] = []) =>
+  Number(((await pool.query(sql, values))[0] as { n: number }[])[0]?.n);
+
+beforeAll(() => createDatabase(database));
+afterAll(async () => {
+  await pool.end();
+  await dropDatabase(database);
+});
+
+/** A claim as the engine writes it, absolute times, for writes straight to the store. */
+function claim(key: string, fields: Partial<StoredRecord> = {}): StoredRecord {
+  const now = Date.now();
+  return {
+    tenant: 'acme',
+    action: 'direct',
+    key,
+    state: 'in_progress',
+    fingerprint: 'fp',
+    fence: 1,
+    attempts: 1,
+    leaseUntil: now + 60_000,
+    result: null,
+    traceId: randomUUID(),
+    createdAt: now,
+    updatedAt: now,
+    completedAt: null,
+    expiresAt: now + 60_000,
+    ...fields,
+  };
+}
+
+describe("mysql: a caller's transaction", () => {
+  it('the record commits or rolls back with the business rows (payment_record)', async () => {
+    const once = await createOncely({ store: mysqlStore({ pool, table: 'tx_records' }) });
+    await pool.query(
+      'CREATE TABLE payment_record (order_id VARCHAR(64) PRIMARY KEY, amount INT NOT NULL) ENGINE=InnoDB',
+    );
+    const pay = async (orderId: string, fail: boolean) => {
+      const connection = await pool.getConnection();
+      try {
+        await connection.beginTransaction();
+        const r = await once.run({ action: 'pay', key: orderId, tx: connection }, async () => {
+          await connection.query('INSERT INTO payment_record VALUES (?, 100)', [orderId]);
+          return 'written';
+        });
+        if (fail) throw new Error('later step failed');
+        await connection.commit();
+        return r;
+      } catch (error) {
+        await connection.rollback();
+        throw error;
+      } finally {
+        connection.release();
+      }
+    };
+    await expect(pay('O-1', true)).rejects.toThrow('later step failed');
+    expect(await once.get('pay', 'O-1')).toBeNull();
+    expect(await count('SELECT COUNT(*) AS n FROM payment_record')).toBe(0);
+    expect((await pay('O-1', false)).replayed).toBe(false);
+    expect((await once.get('pay', 'O-1'))?.state).toBe('succeeded');
+    expect((await pay('O-1', false)).replayed).toBe(true);
+    expect(await count('SELECT COUNT(*) AS n FROM payment_record')).toBe(1);
+    // A pool runs each statement on some connection: never the caller's transaction.
+    await expect(once.run({ action: 'pay', key: 'O-2', tx: pool }, async () => 1)).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+    });
+    await once.close();
+  });
+
+  it('a duplicate waits for the holding transaction, then replays what it committed', async () => {
+    const once = await createOncely({ store: mysqlStore({ pool, table: 'tx_wait' }) });
+    const holder = await pool.getConnection();
+    await holder.beginTransaction();
+    let runs = 0;
+    await once.run({ action: 'a', key: 'K', tx: holder }, async () => ++runs);
+    // The uncommitted row holds the key: the other caller's insert waits on its lock.
+    const duplicate = once.run({ action: 'a', key: 'K' }, async () => ++runs);
+    await sleep(200);
+    await holder.commit();
+    holder.release();
+    expect(await duplicate).toMatchObject({ replayed: true, value: 1 });
+    expect(runs).toBe(1);
+    await once.close();
+  });
+});
+
+describe('mysql: lost connections', () => {
+  it("a KILLed connection of a caller's transaction answers STORE_UNAVAILABLE, the process lives, the next call works", async () => {
+    const once = await createOncely({ store: mysqlStore({ pool, table: 'killed' }) });
+    // A standalone connection: no pool listens for its 'error', so an unheard one would end the process.
+    const connection = await mysql.createConnection({ uri: databaseUrl(database) });
+    await connection.beginTransaction();
+    await once.run({ action: 'a', key: 'warm', tx: connection }, async () => 1);
+    expect(connection.listenerCount('error')).toBeGreaterThan(0);
+    const [[{ id }]] = (await connection.query('SELECT CONNECTION_ID() AS id')) as unknown as [[{ id: number }]];
+    await pool.query(`KILL ${Number(id)}`);
+    // Killed while idle: mysql2 emits 'error' on the connection now.
+    await sleep(200);
+    let runs = 0;
+    await expect(once.run({ action: 'a', key: 'k', tx: connection }, async () => runs++)).rejects.toMatchObject({
+      code: 'STORE_UNAVAILABLE',
+    });
+    expect(runs).toBe(0);
+    expect(await once.run({ action: 'a', key: 'k' }, async () => 'ok')).toMatchObject({ value: 'ok' });
+    await once.close();
+  });
+
+  it("KILLing the store's connections in the middle of its completions: the process lives, each key runs once, all answered", async () => {
+    // A database of its own: the store's connections are the ones whose current database it is.
+    const owned = freshDatabase();
+    await createDatabase(owned);
+    const once = await createOncely({ store: mysqlStore({ uri: databaseUrl(owned) }), defaults: { lease: '5s' } });
+    const runs = new Map<string, number>();
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let started = 0;
+    const burst = Array.from({ length: 100 }, (_, i) =>
+      once
+        .run({ action: 'burst', key: `K-${i}` }, async () => {
+          runs.set(`K-${i}`, (runs.get(`K-${i}`) ?? 0) + 1);
+          started++;
+          await gate;
+          return i;
+        })
+        .then(
+          (r) => ({ ok: true as const, value: r.value }),
+          (error: { code?: string }) => ({ ok: false as const, code: error.code }),
+        ),
+    );
+    while (started < 100) await sleep(10);
+    // Another session locks every claim, so the completions' statements wait in the server: KILLed mid-statement.
+    const blocker = await mysql.createConnection({ uri: databaseUrl(owned) });
+    await blocker.beginTransaction();
+    await blocker.query('SELECT `key` FROM oncely_records FOR UPDATE');
+    release();
+    await sleep(300);
+    const [[{ id: blockerId }]] = (await blocker.query('SELECT CONNECTION_ID() AS id')) as unknown as [
+      [{ id: number }],
+    ];
+    const [waiting] = (await pool.query(
+      "SELECT ID AS id FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> ? AND COMMAND = 'Query'",
+      [owned, blockerId],
+    )) as unknown as [{ id: number }[]];
+    expect(waiting.length).toBeGreaterThan(0);
+    for (const { id } of waiting) await pool.query(`KILL ${Number(id)}`);
+    await blocker.rollback();
+    await blocker.end();
+    const answers = await Promise.all(burst);
+    // The engine retries a completion that failed on a lost connection: it lands on another.
+    expect(answers.filter((a) => !a.ok)).toEqual([]);
+    expect(answers.map((a) => a.ok && a.value)).toEqual(Array.from({ length: 100 }, (_, i) => i));
+    expect([...runs.values()]).toEqual(Array.from({ length: 100 }, () => 1));
+    for (let i = 0; i < 100; i += 7)
+      expect(await once.run({ action: 'burst', key: `K-${i}` }, async () => -1)).toMatchObject({
+        replayed: true,
+        value: i,
+      });
+    await once.close();
+    await dropDatabase(owned);
+  });
+
+  it('reports a server it cannot reach as STORE_UNAVAILABLE and never runs the function', async () => {
+    const once = await createOncely({ store: mysqlStore({ uri: 'mysql://root@127.0.0.1:1/test' }) });
+    let runs = 0;
+    await expect(once.run({ action: 'a', key: 'k' }, async () => runs++)).rejects.toMatchObject({
+      code: 'STORE_UNAVAILABLE',
+    });
+    expect(runs).toBe(0);
+    await once.close();
+  });
+});
+
+describe('mysql specifics', () => {
+  it('keys are byte-exact: case, trailing spaces, accents and emoji are distinct records', async () => {
+    const once = await createOncely({ store: mysqlStore({ pool, table: 'exact' }) });
+    const keys = ['key', 'Key', 'KEY', 'key ', 'clé', 'cle', 'cle\u0301', '🎉', '😀', 'ß', 'ss'];
+    for (const key of keys) expect((await once.run({ action: 'a', key }, async () => key)).replayed).toBe(false);
+    for (const key of keys)
+      expect(await once.run({ action: 'a', key }, async () => 'again')).toMatchObject({
+        replayed: true,
+        value: key,
+      });
+    expect(await count('SELECT COUNT(*) AS n FROM exact')).toBe(keys.length);
+    await once.close();
+  });
+
+  it('a record the database refuses fails its own caller only, not the batch it shares', async () => {
+    const store = mysqlStore({ pool, table: 'refused' });
+    // Fingerprints are SHA-256 hex; one of 300 characters is over the column's 255.
+    const answers = await Promise.allSettled([
+      store.insertOrGet(claim('ok-1')),
+      store.insertOrGet(claim('bad', { fingerprint: 'f'.repeat(300) })),
+      store.insertOrGet(claim('ok-2')),
+    ]);
+    expect(answers.map((a) => a.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    expect(await count('SELECT COUNT(*) AS n FROM refused')).toBe(2);
+    await store.close();
+  });
+
+  it('migrates once when many processes start together; the ledger is the convention of the other SQL stores', async () => {
+    const fresh = freshDatabase();
+    const stores = Array.from({ length: 6 }, () => mysqlStore({ uri: MYSQL_URL, database: fresh }));
+    await Promise.all(stores.map((store) => store.migrate()));
+    const other = mysqlStore({ uri: MYSQL_URL, database: fresh, table: 'second' });
+    await other.migrate();
+    const [ledger] = await pool.query(
+      `SELECT component, version FROM \`${fresh}\`.oncely_component_migrations ORDER BY component`,
+    );
+    expect(ledger).toEqual([
+      { component: 'records', version: 1 },
+      { component: 'records:second', version: 1 },
+    ]);
+    expect(await count(`SELECT COUNT(*) AS n FROM \`${fresh}\`.oncely_records`)).toBe(0);
+    for (const store of [...stores, other]) await store.close();
+    await dropDatabase(fresh);
+  });
+
+  it('refuses names that are not plain identifiers, and a pool that is not one', () => {
+    expect(() => mysqlStore({ pool, table: 'Bad-Name' })).toThrow(
+      expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+    );
+    expect(() => mysqlStore({ uri: MYSQL_URL, database: 'x`; DROP' })).toThrow(
+      expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+    );
+    expect(() => mysqlStore({ pool: {} as never })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+  });
+});
