@@ -9,6 +9,7 @@ export type StoreSpec =
   | { kind: 'sqlite'; path: string }
   | { kind: 'postgres'; connectionString: string; schema: string }
   | { kind: 'redis'; url: string; prefix: string }
+  | { kind: 'redis-cluster'; nodes: { host: string; port: number }[]; prefix: string; replicas?: number }
   | { kind: 'mysql'; uri: string; database: string };
 
 /** Opens the store a spec names. */
@@ -20,6 +21,8 @@ export function openStore(spec: StoreSpec): RecordStore {
       return postgresStore({ connectionString: spec.connectionString, schema: spec.schema });
     case 'redis':
       return redisStore({ url: spec.url, prefix: spec.prefix });
+    case 'redis-cluster':
+      return redisStore({ cluster: spec.nodes, prefix: spec.prefix, replicas: spec.replicas ?? 0 });
     case 'mysql':
       return mysqlStore({ uri: spec.uri, database: spec.database });
   }
