@@ -20,11 +20,18 @@ export interface BatcherOptions<I> {
   isolate?: (error: unknown) => boolean;
   /** When given, a batch holds one item per key; later ones with that key wait for the next batch, in order. */
   distinct?: (item: I) => string;
+  /**
+   * When an idle batcher sends: 'microtask' (the default) catches the callers of the same tick;
+   * 'turn' waits for the end of the event loop's turn (setImmediate), so callers of every
+   * callback of that turn (HTTP requests arriving on several sockets at once) share one statement.
+   */
+  gather?: 'microtask' | 'turn';
 }
 
 /**
  * Coalesces concurrent calls into batches. Idle, a call is sent at once (after the current
- * microtask, to catch callers of the same tick), so a lone caller waits for no timer; while a
+ * microtask, to catch callers of the same tick, or at the end of the loop's turn, see `gather`),
+ * so a lone caller waits for no timer; while a
  * statement is in flight, calls accumulate and go together when it returns.
  */
 export class Batcher<I, O> {
@@ -35,13 +42,15 @@ export class Batcher<I, O> {
   private readonly maxInFlight: number;
   private readonly isolate: (error: unknown) => boolean;
   private readonly distinct: ((item: I) => string) | undefined;
+  private readonly defer: (callback: () => void) => void;
 
   /** Creates a batcher around `run`. */
   constructor(
     private readonly run: RunBatch<I, O>,
-    { maxBatch = 500, maxInFlight = 1, isolate = () => false, distinct }: BatcherOptions<I> = {},
+    { maxBatch = 500, maxInFlight = 1, isolate = () => false, distinct, gather = 'microtask' }: BatcherOptions<I> = {},
   ) {
     this.distinct = distinct;
+    this.defer = gather === 'turn' ? setImmediate : queueMicrotask;
     this.maxBatch = maxBatch;
     this.maxInFlight = maxInFlight;
     this.isolate = isolate;
@@ -58,7 +67,7 @@ export class Batcher<I, O> {
   private schedule(): void {
     if (this.scheduled || this.inFlight >= this.maxInFlight) return;
     this.scheduled = true;
-    queueMicrotask(() => {
+    this.defer(() => {
       this.scheduled = false;
       this.pump();
     });

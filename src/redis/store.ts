@@ -163,7 +163,13 @@ export class RedisStore implements RecordStore {
     // Braces in the prefix would be the keys' hash tag, putting every shard in one slot.
     if (cluster && /[{}]/.test(prefix))
       throw new InvalidArgumentError('redisStore: a prefix on Redis Cluster may not contain { or }');
-    const batching = { maxBatch: MAX_BATCH, maxInFlight: cluster ? SHARD_IN_FLIGHT : MAX_IN_FLIGHT };
+    const batching = {
+      maxBatch: MAX_BATCH,
+      maxInFlight: cluster ? SHARD_IN_FLIGHT : MAX_IN_FLIGHT,
+      // HTTP requests arrive one socket callback at a time: gathered per loop turn, the requests
+      // of one turn share a script run (one write, one EVALSHA) instead of one run each.
+      gather: 'turn' as const,
+    };
     this.shards = (cluster ? shardPrefixes(prefix) : [prefix]).map((p) => {
       const shard: Shard = {
         prefix: p,
