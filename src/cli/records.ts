@@ -5,6 +5,7 @@ import type { Duration, Ttl } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { type PublicRecord, parseRecordRef, type RecordId, type RecordState, recordRef } from '../core/record.js';
 import type { ListOptions, Oncely, RecordList, Resolution } from '../engine/engine.js';
+import { storedResolution } from '../host/reconciler.js';
 
 /** Where the records are: `--db` (a SQLite file or a postgres:// URL, the host's table) or `--store` (Redis). */
 interface StoreOptions {
@@ -83,7 +84,9 @@ export function addRecordCommands(program: Command): void {
         ...(flags.note !== undefined ? { note: flags.note } : {}),
         ...(flags.ttl !== undefined ? { ttl: flags.ttl as Ttl } : {}),
       };
-      const record = await withOncely(flags, (once) => once.resolve(id.action, id.key, resolution, options));
+      const record = await withOncely(flags, (once) =>
+        once.resolve(id.action, id.key, storedResolution(id.action, resolution), options),
+      );
       console.log(recordLine(record, Date.now()));
     });
 }

@@ -37,6 +37,7 @@ export function serveBanner(
     `metrics:      GET ${index.metrics}  (Prometheus)`,
     `dead letters: ${index.deadLetters}`,
     adminModeLine(adminToken || undefined),
+    `dashboard:    ${base}/oncely/  (${adminToken ? 'asks for ONCELY_ADMIN_TOKEN' : 'from this machine only'})`,
     'stop with Ctrl-C or SIGTERM: in-flight work finishes first',
   );
   return lines.join('\n');

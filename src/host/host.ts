@@ -204,7 +204,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   );
   http.route('/v1/admin', adminRoutes({ db, once, events, flows, stats, metrics, token }));
   // The dashboard's pages hold no data: each of its reads is an admin API call, under its protection.
-  http.route('/oncely', dashboardShell({ api: '/v1/admin' }));
+  http.route('/', dashboardShell({ base: '/oncely', api: '/v1/admin' }));
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
     return c.body(text, 200, { 'content-type': type });

@@ -3,6 +3,7 @@ import { OncelyError } from '../core/errors.js';
 import type { Db } from '../db/types.js';
 import type { Oncely } from '../engine/engine.js';
 import type { Reconcile, ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
+import type { Resolution } from '../engine/records.js';
 import { encodeResponse } from '../http/response.js';
 import type { App } from './app.js';
 import type { HostConfig } from './config.js';
@@ -47,8 +48,24 @@ function asStoredEnvelope(reconcile: Reconcile): Reconcile {
   return async (record) => {
     const answer = await reconcile(record);
     if (typeof answer !== 'object' || answer === null || !Object.hasOwn(answer, 'value')) return answer;
-    return { value: encodeResponse(envelope(200, { data: (answer as { value: unknown }).value }), ['content-type']) };
+    return { value: storedEnvelope((answer as { value: unknown }).value) };
   };
+}
+
+/** What a handler's record keeps for `value`: the response its invocation would have answered. */
+function storedEnvelope(value: unknown) {
+  return encodeResponse(envelope(200, { data: value }), ['content-type']);
+}
+
+/**
+ * A person's settlement (the admin API's, `oncely records resolve`) as the record of `action`
+ * keeps it: for a handler's action (`POST <handler>`) a value is stored as the response the
+ * invocation would have answered, so the next caller is answered `{ code: 0, data: value }`.
+ */
+export function storedResolution(action: string, resolution: Resolution): Resolution {
+  if (!action.startsWith(handlerAction('')) || typeof resolution !== 'object' || !('value' in resolution))
+    return resolution;
+  return { value: storedEnvelope(resolution.value) };
 }
 
 /**

@@ -232,6 +232,8 @@ export interface ApprovalSummary {
   tenant: string;
   tool: string;
   idempotencyKey: string;
+  /** The SHA-256 the approval is bound to: the content the tool sends once approved. */
+  contentHash: string;
   preview: unknown;
   status: string;
   requestedAt: number;
@@ -248,7 +250,7 @@ export async function listApprovalRows(
 ): Promise<Page<ApprovalSummary>> {
   if (!(await hasTable(sql, 'oncely_approvals'))) return emptyPage(options.cursor);
   const { rows, cursor } = await keyset(sql, {
-    select: `SELECT id, tenant, tool, idempotency_key, preview, status, requested_at, expires_at, decided_by,
+    select: `SELECT id, tenant, tool, idempotency_key, content_hash, preview, status, requested_at, expires_at, decided_by,
     decided_at, reason FROM oncely_approvals`,
     where: options.status === undefined ? [] : ['status = ?'],
     values: options.status === undefined ? [] : [options.status],
@@ -265,6 +267,7 @@ export async function listApprovalRows(
     tenant: String(r.tenant),
     tool: String(r.tool),
     idempotencyKey: String(r.idempotency_key),
+    contentHash: String(r.content_hash),
     preview: JSON.parse(String(r.preview)),
     status: String(r.status),
     requestedAt: num(r.requested_at),

@@ -14,6 +14,7 @@ import type { Oncely } from '../engine/engine.js';
 import type { Flows } from '../flows/flows.js';
 import { DEFAULT_MAX_BODY_BYTES, readBodyCapped } from '../host/body.js';
 import type { EventQueue } from '../host/events.js';
+import { storedResolution } from '../host/reconciler.js';
 import type { HostStats } from '../host/stats.js';
 import { AdminAudit } from './admin-audit.js';
 import { type AdminIdentity, checkAccess, hostName, isLoopback, settlerName, tokenDigest } from './admin-auth.js';
@@ -46,6 +47,8 @@ import {
   listFlowRuns,
 } from './admin-lists.js';
 import { listFindings } from './duplicates.js';
+import { overview } from './overview.js';
+import { readSeries, SAMPLE_EVERY_MS, SERIES_WINDOWS } from './series.js';
 
 /** What the admin API reads and changes: the host's own parts. */
 export interface AdminDeps {
@@ -204,6 +207,17 @@ export function adminRoutes(deps: AdminDeps): Hono {
     return deps.stats();
   });
 
+  read('/overview', 'overview.read', async (req) => {
+    req.query([]);
+    return overview(db);
+  });
+  read('/series', 'series.read', async (req) => {
+    const q = req.query(['window']);
+    const window = oneOf(q, 'window', Object.keys(SERIES_WINDOWS) as (keyof typeof SERIES_WINDOWS)[]) ?? '1h';
+    const samples = (await hasTable(db, 'oncely_stats_samples')) ? await readSeries(db, SERIES_WINDOWS[window]) : [];
+    return { window, everyMs: SAMPLE_EVERY_MS, samples };
+  });
+
   read('/records', 'records.list', async (req) => {
     const q = req.query(['state', 'action', 'tenant', 'olderThan', 'limit', 'cursor']);
     const filters = {
@@ -234,7 +248,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
       run: async () => {
         const by = settlerName(req.identity);
         const record = await onRecords((tx) =>
-          once.resolve(id.action, id.key, resolution, { tenant: id.tenant, by, note, tx }),
+          once.resolve(id.action, id.key, storedResolution(id.action, resolution), { tenant: id.tenant, by, note, tx }),
         );
         return { ref: recordRef(id), ...record };
       },

@@ -1,0 +1,198 @@
+/**
+ * What the dashboard's browser tests stand on: a real `oncely serve` (the built CLI) of the app in
+ * test/dashboard/app on a database, and the data an operator would look at, made through the app
+ * itself: orders with their flows (one failed, one waiting for a signal), a payment whose holder was
+ * killed with SIGKILL mid-call (so its record is `unknown`), a dead-lettered webhook, and a pending
+ * approval of an agent tool with a credit account.
+ */
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { type AgentRuntime, createAgentRuntime, defineTool } from '../../src/agent/index.js';
+import { openDb } from '../../src/db/index.js';
+import type { Db } from '../../src/db/types.js';
+import { createOncely } from '../../src/engine/engine.js';
+import { createFlows } from '../../src/flows/flows.js';
+import { recordStoreFor } from '../../src/host/records.js';
+
+const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+const APP = fileURLToPath(new URL('./app', import.meta.url));
+export const TOKEN = randomBytes(20).toString('hex');
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One `oncely serve` process and its base URL. */
+export interface Serve {
+  child: ChildProcessWithoutNullStreams;
+  base: string;
+  /** The last 4 kB it wrote to stderr. */
+  stderr(): string;
+}
+
+/** Starts `oncely serve` of the dashboard app on `db`; resolves once it listens. */
+export function startServe(db: string, ledgerUp: string): Promise<Serve> {
+  const env = { ...process.env, ONCELY_ADMIN_TOKEN: TOKEN, DASH_LEDGER_UP: ledgerUp };
+  const child = spawn(process.execPath, [CLI, 'serve', APP, '--db', db, '--port', '0'], { env });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => {
+    stderr = (stderr + chunk).slice(-4000);
+  });
+  return new Promise((resolve, reject) => {
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      const match = /on (http:\/\/localhost:\d+)/.exec(line);
+      if (match?.[1]) resolve({ child, base: match[1], stderr: () => stderr });
+    });
+    child.on('exit', (code, signal) => reject(new Error(`oncely serve exited (${code ?? signal}): ${stderr}`)));
+  });
+}
+
+/** Stops a serve and resolves once it exited. */
+export async function stopServe(serve: Serve | undefined, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (!serve || serve.child.exitCode !== null || serve.child.signalCode !== null) return;
+  const exited = new Promise((r) => serve.child.once('exit', r));
+  serve.child.kill(signal);
+  await exited;
+}
+
+/** POST with a JSON body; the answer's status and JSON. */
+export async function post(base: string, path: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  // biome-ignore lint/suspicious/noExplicitAny: answers are read field by field.
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new Error(`${path} answered ${res.status}: ${text}`);
+  }
+  return { status: res.status, json };
+}
+
+/** Polls `read` until `ok` holds for its value; fails after `ms` with the last value. */
+export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean, ms = 15_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const value = await read();
+    if (ok(value)) return value;
+    if (Date.now() > end) throw new Error(`timed out; last value ${JSON.stringify(value)}`);
+    await sleep(50);
+  }
+}
+
+export const CHARGE_KEY = 'ORD-U1-charge';
+export const DEAD_EVENT = 'evt-dead-1';
+
+/** The agent side of the data: a tool that needs approval, and how often it really sent. */
+export interface AgentSide {
+  agent: AgentRuntime;
+  sent: string[];
+  args: Record<string, unknown>;
+  close(): Promise<void>;
+}
+
+/**
+ * Leaves an `unknown` record: a first serve claims `pay.charge` under 'hold' (lease 1 s), is killed
+ * with SIGKILL inside the call, and the first caller after the lease meets OUTCOME_UNKNOWN.
+ */
+export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db): Promise<void> {
+  const victim = await startServe(db, ledgerUp);
+  const headers = { 'idempotency-key': CHARGE_KEY };
+  void post(victim.base, '/v1/invoke/pay.charge', { orderId: 'ORD-U1', hang: true }, headers).catch(() => undefined);
+  await until(
+    () => rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [CHARGE_KEY]),
+    (r) => r[0]?.state === 'in_progress',
+  );
+  await stopServe(victim, 'SIGKILL');
+}
+
+/** Makes what the pages show, through the running serve `base` (and the database `rows`). */
+export async function makeData(base: string, rows: Db, ledgerUp: string): Promise<AgentSide> {
+  // Orders, each sent twice (the second is replayed: a duplicate intercepted).
+  for (const [orderId, extra] of [
+    ['ORD-1', {}],
+    ['ORD-2', {}],
+    ['ORD-3', { failShip: true }],
+    ['ORD-4', { review: true }],
+  ] as const)
+    for (let i = 0; i < 2; i++) {
+      const res = await post(base, '/v1/invoke/orders.create', { orderId, sku: 'TEA-1', ...extra });
+      if (res.status !== 200) throw new Error(`orders.create ${orderId}: ${JSON.stringify(res.json)}`);
+    }
+  // The ledger is down: this payment's event is dead-lettered after its one attempt.
+  await post(base, '/v1/webhooks/hooks', { id: DEAD_EVENT, type: 'order.paid', orderId: 'ORD-D' });
+  await until(
+    () => rows.all<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [DEAD_EVENT]),
+    (r) => r[0]?.status === 'dead',
+  );
+  // The failed flow fails while the ledger is down, too (its label step reads the same file).
+  await until(
+    () => rows.all<{ status: string }>("SELECT status FROM oncely_flows WHERE name = 'ship' AND biz_id LIKE '%ORD-3%'"),
+    (r) => r[0]?.status === 'failed',
+  );
+  writeFileSync(ledgerUp, 'up');
+  for (const id of ['evt-2', 'evt-3'])
+    await post(base, '/v1/webhooks/hooks', { id, type: 'order.paid', orderId: `ORD-P${id}` });
+  // The killed charge: after its lease the next caller is told its outcome is unknown.
+  const unknown = await until(
+    () => post(base, '/v1/invoke/pay.charge', { orderId: 'ORD-U1', hang: true }, { 'idempotency-key': CHARGE_KEY }),
+    (r) => r.status !== 409 || r.json.error?.code === 'OUTCOME_UNKNOWN',
+  );
+  if (unknown.json.error?.code !== 'OUTCOME_UNKNOWN') throw new Error(`charge: ${JSON.stringify(unknown.json)}`);
+  // A person's signal to the waiting review: its payload says who.
+  const flows = await createFlows({ db: rows, flows: [] });
+  const [review] = await rows.all<{ workflow_id: string }>(
+    "SELECT workflow_id FROM oncely_flows WHERE name = 'review'",
+  );
+  await flows.signal(String(review?.workflow_id), 'approved', { by: 'ada' }, { signalId: 'sig-ORD-4' });
+  // An agent tool whose sends need approval, on the same database; and a credit account.
+  const once = await createOncely({ store: recordStoreFor(rows), tenant: 'default' });
+  const sent: string[] = [];
+  const notify = defineTool({
+    name: 'notifyCustomer',
+    description: 'Tells a customer their order shipped.',
+    input: z.object({ orderId: z.string(), body: z.string() }),
+    idempotency: { keyFields: ['orderId'], ttl: 'permanent' },
+    outbound: { preview: (i) => ({ to: i.orderId, body: i.body }), approval: 'required' },
+    execute: async (input) => {
+      sent.push(input.orderId);
+      return { messageId: `m-${input.orderId}` };
+    },
+  });
+  const agent = await createAgentRuntime({ once, db: rows, tools: [notify] });
+  await agent.credits.grant('acme', 25);
+  const args = { orderId: 'ORD-1', body: 'Your tea has shipped.' };
+  const first = await agent.call('notifyCustomer', args);
+  if (first.deliveryState !== 'pending_approval') throw new Error(`notify: ${JSON.stringify(first)}`);
+  // Everything settles before a page is compared with the database.
+  await until(
+    () =>
+      rows.all<{ n: number | string }>(
+        "SELECT COUNT(*) AS n FROM oncely_flows WHERE status IN ('pending', 'running', 'waiting')",
+      ),
+    (r) => Number(r[0]?.n) === 0,
+  );
+  await until(
+    () =>
+      rows.all<{ n: number | string }>(
+        "SELECT COUNT(*) AS n FROM oncely_events WHERE status IN ('pending', 'processing')",
+      ),
+    (r) => Number(r[0]?.n) === 0,
+  );
+  return { agent, sent, args, close: () => once.close() };
+}
+
+/** Counts by state of a table, as the overview shows them. */
+export async function countsOf(rows: Db, table: string, column: string): Promise<Record<string, number>> {
+  const counted = await rows.all<{ s: string; n: number | string }>(
+    `SELECT ${column} AS s, COUNT(*) AS n FROM ${table} GROUP BY ${column}`,
+  );
+  return Object.fromEntries(counted.map((r) => [r.s, Number(r.n)]));
+}
+
+export { openDb };

@@ -1,0 +1,290 @@
+/**
+ * The dashboard in headless Chromium against a real `oncely serve` on one database: what the pages
+ * show is what the database holds, and each action taken on a page (settle, replay, retry, approve)
+ * has its effect once. Screenshots of every page go to test-results/dashboard/<db>-<page>.png.
+ */
+import { mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Db } from '../../src/db/types.js';
+import {
+  type AgentSide,
+  CHARGE_KEY,
+  countsOf,
+  DEAD_EVENT,
+  leaveUnknownCharge,
+  makeData,
+  openDb,
+  post,
+  type Serve,
+  startServe,
+  stopServe,
+  TOKEN,
+  until,
+} from './serve.js';
+
+const SHOTS = join(process.cwd(), 'test-results', 'dashboard');
+
+/** Launches Debian's Chromium as the brief says: no sandbox (containers), nothing fetched in the background. */
+export function launch(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+}
+
+export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string, cleanup: () => Promise<void>) {
+  describe(`the dashboard on ${name}`, () => {
+    const db = target();
+    const ledgerUp = join(mkdtempSync(join(tmpdir(), 'oncely-dash-')), 'ledger-up');
+    let serve: Serve;
+    let rows: Db;
+    let browser: Browser;
+    let page: Page;
+    let side: AgentSide;
+    const shot = (what: string) => page.screenshot({ path: join(SHOTS, `${name}-${what}.png`), fullPage: true });
+    const text = async (selector: string) => (await page.locator(selector).innerText()).trim();
+    /** Clicks a button that opens the confirmation, then confirms; waits for the status line. */
+    const confirmClick = async (button: string, said: string | RegExp) => {
+      await page.getByRole('button', { name: button, exact: true }).click();
+      await page.locator('#confirm').waitFor();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#status', { hasText: said }).waitFor();
+    };
+
+    beforeAll(async () => {
+      mkdirSync(SHOTS, { recursive: true });
+      rows = await openDb(db);
+      // The first serve migrates, claims the charge and dies; the one the browser uses starts after it.
+      await leaveUnknownCharge(db, ledgerUp, rows);
+      serve = await startServe(db, ledgerUp);
+      side = await makeData(serve.base, rows, ledgerUp);
+      browser = await launch();
+      page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      // Signed in as a person does: the form keeps the token (and the name for the audit) in this tab.
+      await page.goto(`${serve.base}/oncely/`);
+      await page.fill('#token', TOKEN);
+      await page.fill('#operator', 'ada');
+      await page.click('#login button[type=submit]');
+      await page.locator('[data-rate=duplicateInterception]').waitFor();
+    }, 60_000);
+    afterAll(async () => {
+      await browser?.close();
+      await side?.close();
+      await stopServe(serve);
+      await rows?.close();
+      await cleanup();
+    });
+
+    it('shows a wrong token nothing: every data call is 401 and no data is drawn', async () => {
+      const context = await browser.newContext();
+      const stranger = await context.newPage();
+      const calls: { url: string; status: number }[] = [];
+      stranger.on('response', (r) => {
+        if (r.url().includes('/v1/admin/')) calls.push({ url: r.url(), status: r.status() });
+      });
+      await stranger.goto(`${serve.base}/oncely/`);
+      await stranger.locator('#login').waitFor();
+      await stranger.fill('#token', 'not-the-token-0123456789');
+      await stranger.click('#login button[type=submit]');
+      await stranger.locator('#login-error', { hasText: 'Refused' }).waitFor();
+      for (const hash of [
+        '#records?state=unknown',
+        '#events',
+        '#flows',
+        '#agent',
+        `#record/${encodeURIComponent(`default/pay.charge/${CHARGE_KEY}`)}`,
+      ]) {
+        await stranger.goto(`${serve.base}/oncely/${hash}`);
+        await stranger.locator('#login-error', { hasText: 'Refused' }).waitFor();
+      }
+      expect(calls.length).toBeGreaterThanOrEqual(6);
+      expect(calls.every((c) => c.status === 401)).toBe(true);
+      expect(await stranger.locator('main').innerText()).toBe('');
+      const html = await stranger.content();
+      for (const secret of ['ORD-', CHARGE_KEY, DEAD_EVENT, 'acme']) expect(html).not.toContain(secret);
+      await stranger.screenshot({ path: join(SHOTS, `${name}-wrong-token.png`) });
+      await context.close();
+    });
+
+    it('overview: the counts the database holds, the four rates with their targets, live updates', async () => {
+      await page.goto(`${serve.base}/oncely/#overview`);
+      await page.locator('[data-rate=duplicateInterception]').waitFor();
+      for (const [prefix, table, column] of [
+        ['records', 'oncely_records', 'state'],
+        ['events', 'oncely_events', 'status'],
+        ['flows', 'oncely_flows', 'status'],
+        ['approvals', 'oncely_approvals', 'status'],
+      ] as const) {
+        const held = await countsOf(rows, table, column);
+        expect(Object.keys(held).length, prefix).toBeGreaterThan(0);
+        const shown: Record<string, number> = {};
+        for (const dd of await page.locator(`[data-count^="${prefix}."]`).all())
+          shown[((await dd.getAttribute('data-count')) as string).slice(prefix.length + 1)] = Number(
+            await dd.innerText(),
+          );
+        expect(shown, prefix).toEqual(held);
+      }
+      // The stats the page shows are the database's totals: 4 orders sent twice, 4 replays.
+      const stats = (await (await fetch(`${serve.base}/v1/stats`)).json()).data;
+      expect(stats.rateTotals.duplicates).toBeGreaterThanOrEqual(4);
+      const rate = await text('[data-rate=duplicateInterception]');
+      expect(rate).toContain(
+        `${((stats.rateTotals.duplicatesIntercepted / stats.rateTotals.duplicates) * 100).toFixed(0)}`,
+      );
+      expect(rate).toMatch(/target at least 99\.90%: (met|NOT met)/);
+      expect(await page.locator('[data-rate] svg').count()).toBe(8);
+      await shot('overview');
+      // Live: a new order shows up without a reload.
+      const before = Number(await text('[data-count="records.succeeded"]'));
+      await post(serve.base, '/v1/invoke/orders.create', { orderId: 'ORD-LIVE', sku: 'TEA-1' });
+      await page
+        .locator('[data-count="records.succeeded"]', { hasText: String(before + 1) })
+        .waitFor({ timeout: 12_000 });
+      await page.setViewportSize({ width: 390, height: 844 });
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await shot('overview-phone');
+      await page.setViewportSize({ width: 1280, height: 900 });
+    });
+
+    it('records: filters to the unknown charge, shows its detail, and settling it answers the next caller', async () => {
+      await page.goto(`${serve.base}/oncely/#records`);
+      await page.selectOption('#f-state', 'unknown');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      const link = page.getByRole('link', { name: new RegExp(CHARGE_KEY) });
+      await link.waitFor();
+      expect(await page.locator('[data-testid=records] tbody tr').count()).toBe(1);
+      // Every control has a label.
+      for (const control of await page.locator('main input, main select').all())
+        expect(await control.evaluate((el) => (el as HTMLInputElement).labels?.length ?? 0)).toBeGreaterThan(0);
+      await shot('records');
+      await link.click();
+      await page.locator('form.settle').waitFor();
+      const detail = await text('main');
+      const [held] = await rows.all<{ fingerprint: string; trace_id: string; fence: number | string }>(
+        'SELECT fingerprint, trace_id, fence FROM oncely_records WHERE key = ?',
+        [CHARGE_KEY],
+      );
+      expect(detail).toContain(String(held?.fingerprint));
+      expect(detail).toContain(String(held?.trace_id));
+      await page.fill('#s-value', '{"chargeId":"ch_settled_by_ada"}');
+      await page.fill('#s-note', 'PSP ch_settled_by_ada');
+      // A cancelled confirmation changes nothing.
+      await page.getByRole('button', { name: 'Settle…' }).click();
+      await page.locator('#confirm-cancel').click();
+      await page.locator('#status', { hasText: 'Cancelled' }).waitFor();
+      expect(
+        (await rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [CHARGE_KEY]))[0]?.state,
+      ).toBe('unknown');
+      await confirmClick('Settle…', 'Settled.');
+      await shot('record');
+      const next = await post(
+        serve.base,
+        '/v1/invoke/pay.charge',
+        { orderId: 'ORD-U1', hang: true },
+        { 'idempotency-key': CHARGE_KEY },
+      ).catch((error) => {
+        throw new Error(`${error.message}\n${serve.stderr()}`);
+      });
+      expect(next.status).toBe(200);
+      expect(next.json.data).toEqual({ chargeId: 'ch_settled_by_ada' });
+      expect(await text('main')).toContain('admin:token:ada');
+    });
+
+    it('events: the dead letter with its last error and attempts; replayed from the page, applied once', async () => {
+      await page.goto(`${serve.base}/oncely/#events`);
+      const dead = page.locator('[data-testid=dead-letters] tbody tr', { hasText: DEAD_EVENT });
+      await dead.waitFor();
+      expect(await dead.innerText()).toContain('the ledger is down');
+      expect(await dead.innerText()).toMatch(/\t1\t/);
+      await shot('events');
+      const applied = () =>
+        rows.all<{ n: number | string }>("SELECT COUNT(*) AS n FROM applied WHERE event_id = 'ORD-D'");
+      expect(Number((await applied())[0]?.n)).toBe(0);
+      await confirmClick(`Replay ${DEAD_EVENT}`, 'Replayed 1.');
+      await until(
+        () =>
+          rows.all<{ status: string; last_error: string }>(
+            'SELECT status, last_error FROM oncely_events WHERE event_id = ?',
+            [DEAD_EVENT],
+          ),
+        (r) => r[0]?.status === 'applied',
+      );
+      expect(Number((await applied())[0]?.n)).toBe(1);
+      expect(await page.locator('[data-testid=dead-letters] tbody tr', { hasText: DEAD_EVENT }).count()).toBe(0);
+    });
+
+    it('flows: the failed flow as a timeline with its step keys and error; retried from the page; signals with who', async () => {
+      await page.goto(`${serve.base}/oncely/#flows?status=failed`);
+      const [failed] = await rows.all<{ workflow_id: string }>(
+        "SELECT workflow_id FROM oncely_flows WHERE status = 'failed'",
+      );
+      const id = String(failed?.workflow_id);
+      await page.getByRole('link', { name: id }).click();
+      const steps = page.locator('[data-testid=steps]');
+      await steps.waitFor();
+      expect(await steps.innerText()).toMatch(/reserve completed/);
+      expect(await steps.innerText()).toMatch(/label failed, retried \(2 attempts\)/);
+      expect(await steps.innerText()).toContain('NO_PAPER');
+      await shot('flow');
+      await confirmClick('Retry from the failed step', 'Retried.');
+      await until(
+        () => rows.all<{ status: string }>('SELECT status FROM oncely_flows WHERE workflow_id = ?', [id]),
+        (r) => r[0]?.status === 'completed',
+      );
+      // The completed step was memoized, not run again.
+      const [reserve] = await rows.all<{ attempts: number | string }>(
+        "SELECT attempts FROM oncely_flow_steps WHERE workflow_id = ? AND step_id LIKE '%reserve%'",
+        [id],
+      );
+      expect(Number(reserve?.attempts)).toBe(1);
+      const [review] = await rows.all<{ workflow_id: string }>(
+        "SELECT workflow_id FROM oncely_flows WHERE name = 'review'",
+      );
+      await page.goto(`${serve.base}/oncely/#flow/${encodeURIComponent(String(review?.workflow_id))}`);
+      const signals = page.locator('[data-testid=signals] tbody tr', { hasText: 'sig-ORD-4' });
+      await signals.waitFor();
+      expect(await signals.innerText()).toContain('"by": "ada"');
+      await page.goto(`${serve.base}/oncely/#flows`);
+      await page.locator('[data-testid=flows]').waitFor();
+      await shot('flows');
+    });
+
+    it('agent: the pending approval with its preview and hash; approved from the page, the tool sends once', async () => {
+      await page.goto(`${serve.base}/oncely/#agent`);
+      const [pending] = await rows.all<{ id: string; content_hash: string }>(
+        "SELECT id, content_hash FROM oncely_approvals WHERE status = 'pending'",
+      );
+      const approval = page.locator('[data-testid=approvals] tbody tr', { hasText: 'notifyCustomer' });
+      await approval.waitFor();
+      expect(await approval.innerText()).toContain('Your tea has shipped.');
+      expect(await approval.innerText()).toContain(String(pending?.content_hash));
+      expect(await text('[data-testid=credits]')).toMatch(/acme\s+25\s+0/);
+      await shot('agent');
+      await confirmClick(`Approve ${pending?.id}`, 'Approved.');
+      const [decided] = await rows.all<{ status: string; decided_by: string }>(
+        'SELECT status, decided_by FROM oncely_approvals WHERE id = ?',
+        [pending?.id],
+      );
+      expect(decided).toEqual({ status: 'approved', decided_by: 'admin:token:ada' });
+      expect(side.sent).toEqual([]);
+      const sends = [
+        await side.agent.call('notifyCustomer', side.args),
+        await side.agent.call('notifyCustomer', side.args),
+      ];
+      expect(sends.map((s) => s.deliveryState)).toEqual(['sent', 'already_sent']);
+      expect(side.sent).toEqual(['ORD-1']);
+    });
+  });
+}
