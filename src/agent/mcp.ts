@@ -12,6 +12,7 @@ import type { AnyErrorCode } from '../core/errors.js';
 import { validateId } from '../core/key.js';
 import { contextFromHeaders, withContext } from '../core/tracing.js';
 import type { ToolEnvelope } from './envelope.js';
+import { standardJsonSchema } from './json-schema.js';
 import { describeTool } from './registry.js';
 import type { AgentRuntime } from './runtime.js';
 import { type AnyTool, isDestructive } from './tool.js';
@@ -194,13 +195,10 @@ function passThrough(tool: AnyTool) {
 }
 
 function jsonSchemaOf(tool: AnyTool): Record<string, unknown> {
-  const schema = tool.input as unknown as {
-    '~standard': { jsonSchema?: { input(options: { target: string }): Record<string, unknown> } };
-    _zod?: unknown;
-  };
+  const standard = standardJsonSchema(tool);
+  if (standard) return standard;
+  const schema = tool.input as unknown as { _zod?: unknown };
   try {
-    const standard = schema['~standard'].jsonSchema;
-    if (standard) return standard.input({ target: 'draft-07' });
     if (schema._zod) return z.toJSONSchema(schema as unknown as z.core.$ZodType, { io: 'input', target: 'draft-7' });
   } catch {
     // Not representable as JSON Schema: advertised as an open object, still validated by oncely.

@@ -11,7 +11,9 @@ import { z } from 'zod';
 import { type AgentRuntime, type AnyTool, createAgentRuntime, defineTool } from '../../src/agent/index.js';
 import { openDb } from '../../src/db/index.js';
 import { createOncely } from '../../src/index.js';
+import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 
 export const TENANT = 'acme';
 
@@ -73,14 +75,24 @@ export function exampleTools(mailer: Mailer) {
   return { sendReviewNotice, sendApprovedNotice, addNote, lookupTask };
 }
 
-/** A runtime over one temporary SQLite file (engine records, approvals and credits), with credits granted. */
+/** Where an adapter test's runtime keeps records, approvals and credits. */
+export type BackendKind = 'sqlite' | 'postgres';
+
+/**
+ * A runtime over one temporary SQLite file or a fresh PostgreSQL schema (engine records, approvals
+ * and credits), with credits granted to TENANT.
+ */
 export async function openRuntime(
   tools: readonly AnyTool[],
+  kind: BackendKind = 'sqlite',
 ): Promise<{ runtime: AgentRuntime; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-agent-adapter-'));
+  const schema = freshSchema();
   const path = join(dir, 'agent.db');
-  const once = await createOncely({ store: sqliteStore({ path }) });
-  const db = await openDb(path);
+  const once = await createOncely({
+    store: kind === 'sqlite' ? sqliteStore({ path }) : postgresStore({ connectionString: POSTGRES_URL, schema }),
+  });
+  const db = await openDb(kind === 'sqlite' ? path : `${POSTGRES_URL}?schema=${schema}`);
   const runtime = await createAgentRuntime({ once, db, tools, tenant: TENANT });
   await runtime.credits.grant(TENANT, 10);
   return {
@@ -88,6 +100,7 @@ export async function openRuntime(
     close: async () => {
       await once.close();
       await db.close();
+      if (kind === 'postgres') await dropSchema(schema);
       rmSync(dir, { recursive: true, force: true });
     },
   };
