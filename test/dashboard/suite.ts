@@ -145,6 +145,13 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       );
       expect(rate).toMatch(/target at least 99\.90%: (met|NOT met)/);
       expect(await page.locator('[data-rate] svg').count()).toBe(8);
+      // The charts' history: the host sampled the totals within a second of its start.
+      const series = await fetch(`${serve.base}/v1/admin/series?window=24h`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      const { samples } = (await series.json()).data;
+      expect(samples.length).toBeGreaterThanOrEqual(1);
+      expect(samples[0].at % 60_000).toBe(0);
       await shot('overview');
       // Live: a new order shows up without a reload.
       const before = Number(await text('[data-count="records.succeeded"]'));
