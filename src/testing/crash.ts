@@ -29,6 +29,8 @@ export interface CrashOptions {
   effects: (window: CrashWindow, input: unknown) => number | Promise<number>;
   /** How long the retry keeps trying while the claim's lease still runs (IN_PROGRESS). Default 15 s. */
   retryForMs?: number;
+  /** Crash every window at once (each case has its own key): the lease waits overlap. Default false. */
+  parallel?: boolean;
 }
 
 /** What happened in one window. */
@@ -63,10 +65,10 @@ export async function crashWindows(options: CrashOptions): Promise<CrashReport> 
   for (const w of windows)
     if (!CRASH_WINDOWS.includes(w)) throw new InvalidArgumentError(`unknown crash window ${String(w)}`);
   if (typeof options.effects !== 'function') throw new InvalidArgumentError('effects must be a function');
-  const cases: CrashCase[] = [];
-  for (const window of windows) {
+  const one = async (window: CrashWindow): Promise<CrashCase> => {
     const input = options.input ? options.input(window) : { window };
     const env: Record<string, string> = {
+      ...options.child.env,
       [CRASH_AT]: window,
       ...(options.action ? { [CRASH_ACTION]: options.action } : {}),
     };
@@ -78,8 +80,11 @@ export async function crashWindows(options: CrashOptions): Promise<CrashReport> 
     await again.exited;
     const effects = await options.effects(window, input);
     const got = gotOf(retry);
-    cases.push({ window, crashed, retry, got, effects, ...problemOf(window, crashed, retry, got, effects, died) });
-  }
+    return { window, crashed, retry, got, effects, ...problemOf(window, crashed, retry, got, effects, died) };
+  };
+  const cases: CrashCase[] = [];
+  if (options.parallel) cases.push(...(await Promise.all(windows.map(one))));
+  else for (const window of windows) cases.push(await one(window));
   const name = options.name ?? 'crash windows';
   const ok = cases.every((c) => c.problem === undefined);
   const report: CrashReport = {

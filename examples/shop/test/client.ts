@@ -1,0 +1,72 @@
+/**
+ * The shop as its clients and the kit's child processes call it: one host per process on the
+ * shop's database (built with the kit's crash hooks, which are off unless a crash test runs it),
+ * and one call of a handler with an idempotency key.
+ */
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { type Host, openHost } from 'oncely/host';
+import { crashHooks } from 'oncely/testing';
+
+export const APP = fileURLToPath(new URL('..', import.meta.url));
+
+/** One call of a handler: its database, name, key and body. */
+export interface Invoke {
+  db: string;
+  handler: string;
+  key: string;
+  body: unknown;
+  /** Broken on purpose: a new random key on every attempt instead of `key`. */
+  randomKey?: boolean;
+  /** Broken on purpose: a charges row written before the handler's claim. */
+  writeFirst?: { orderId: string };
+}
+
+const hosts = new Map<string, Promise<Host>>();
+
+/** This process's host of the shop on `db`, opened on first use. */
+export function shopHost(db: string): Promise<Host> {
+  let host = hosts.get(db);
+  if (!host) {
+    host = openHost(APP, db, { hooks: crashHooks() });
+    hosts.set(db, host);
+  }
+  return host;
+}
+
+/** Calls the handler; answers its data, throws the error it answered (the invoke route does not say whether it replayed). */
+export async function invoke(call: Invoke) {
+  const shop = await shopHost(call.db);
+  if (call.writeFirst) {
+    const db = new Database(call.db);
+    db.prepare('INSERT INTO charges (id, order_id, charge_id) VALUES (?, ?, ?)').run(
+      randomUUID(),
+      call.writeFirst.orderId,
+      'audit',
+    );
+    db.close();
+  }
+  const res = await shop.http.request(`/v1/invoke/${call.handler}`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'idempotency-key': call.randomKey ? randomUUID() : call.key,
+      'x-account': 'acme',
+    },
+    body: JSON.stringify(call.body),
+  });
+  const answer = (await res.json()) as { data?: unknown; error?: { code: string; message: string } };
+  if (answer.error) throw Object.assign(new Error(answer.error.message), { code: answer.error.code });
+  return answer.data;
+}
+
+/** A count from the shop's database (`SELECT count(*) AS n ...`), read-only beside the hosts. */
+export function count(db: string, sql: string, ...args: unknown[]): number {
+  const conn = new Database(db, { readonly: true });
+  try {
+    return (conn.prepare(sql).get(...args) as { n: number }).n;
+  } finally {
+    conn.close();
+  }
+}
