@@ -70,7 +70,10 @@ const blocks = snippets();
 // .oncely/ is ignored by git, so a fresh clone has none yet.
 mkdirSync(join(REPO, '.oncely'), { recursive: true });
 const dir = mkdtempSync(join(REPO, '.oncely', 'readme-'));
-const file = (i: number) => `snippet-${String(i + 1).padStart(2, '0')}.ts`;
+// A block whose first line names its file (`// charge.ts: ...`) is written under that name, so
+// another block can import it as the README shows; the others are numbered.
+const file = (i: number) =>
+  /^\/\/ ([\w-]+\.ts):/.exec(blocks[i]?.code ?? '')?.[1] ?? `snippet-${String(i + 1).padStart(2, '0')}.ts`;
 
 beforeAll(() => {
   mkdirSync(join(dir, '.oncely'), { recursive: true });
@@ -105,8 +108,8 @@ describe('README snippets', () => {
   }, 120_000);
 
   blocks.forEach((b, i) => {
-    // App files (a config, a handler, a consumer) are loaded by `oncely serve`, not run.
-    if (/export (default|(async )?function handle)/.test(b.code)) return;
+    // App files (a config, a handler, a consumer) are loaded by `oncely serve`, not run; test files by their runner.
+    if (/export (default|(async )?function handle)/.test(b.code) || /from 'vitest'/.test(b.code)) return;
     it(`runs ${file(i)} (${b.section})`, async () => {
       await exec(process.execPath, ['--import', 'tsx', '--import', './stand-ins.ts', file(i)], {
         cwd: dir,
