@@ -80,9 +80,10 @@ export function senders(client: RedisClientLike, durability: Durability): Sender
 // sharing it wait one replication round trip each.
 function waiting(pipeline: Pipeline, { replicas, ms }: Durability): Send {
   return async (command, args) => {
+    // A pipeline names each command by its ioredis method (lower case), unlike `call`.
     const replies = await pipeline([
-      [command, ...args],
-      ['WAIT', String(replicas), String(ms)],
+      [command.toLowerCase(), ...args],
+      ['wait', String(replicas), String(ms)],
     ]).exec();
     const [ran, waited] = replies ?? [];
     if (!ran || !waited) throw new Error('redis answered no pipeline');

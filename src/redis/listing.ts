@@ -82,17 +82,18 @@ function decodeListCursor(text: string, shards: number): Cursor {
 /**
  * The script run of one page of `query` on the store whose shards are under `prefixes` (one on a
  * single Redis): `in_progress` and `unknown` from their index (LIST_INDEX), every other listing by
- * SCAN (LIST_SCAN), in the cursor's shard. A cursor of the other kind than the query needs is
- * CURSOR_INVALID, as is any text no listing gave.
+ * SCAN (LIST_SCAN), in the cursor's shard, or from the start of shard `from` instead. A cursor of
+ * the other kind than the query needs is CURSOR_INVALID, as is any text no listing gave.
  */
-export function listRequest(prefixes: string[], query: RecordQuery): ListRequest {
+export function listRequest(prefixes: string[], query: RecordQuery, from?: number): ListRequest {
   const { state, tenant, action, updatedBefore, limit } = query;
   if (!Number.isInteger(limit) || limit < 1 || limit > LIMIT_MAX)
     throw new InvalidArgumentError(`redis store: limit must be a whole number from 1 to ${LIMIT_MAX}`);
   if (updatedBefore !== undefined && !Number.isFinite(updatedBefore))
     throw new InvalidArgumentError('redis store: updatedBefore must be a number of epoch ms');
-  const cursor = query.cursor === undefined ? undefined : decodeListCursor(query.cursor, prefixes.length);
-  const shard = cursor?.k ?? 0;
+  const cursor =
+    query.cursor === undefined || from !== undefined ? undefined : decodeListCursor(query.cursor, prefixes.length);
+  const shard = from ?? cursor?.k ?? 0;
   const prefix = prefixes[shard] as string;
   const at = { shard, shards: prefixes.length };
   const filters = [
@@ -120,29 +121,44 @@ export function listRequest(prefixes: string[], query: RecordQuery): ListRequest
 }
 
 /**
- * The page of a listing script's answer to `request`, and whether its cursor starts the next
- * shard (the request's shard was read to its end, so the caller may go on at once).
+ * The page of the listing scripts' answers to `requests` (runs of consecutive shards, the first
+ * resumed from a cursor, the others from their start), up to `limit` records, and the shard its
+ * cursor starts afresh, if it does (every shard asked was read to its end, so the caller may go
+ * on at once). The records are taken shard by shard: in the first shard not read to its end, or whose
+ * records overflow the page, the cursor stops, the records beyond the page becoming its pending
+ * members; what later shards answered is dropped, to be read again when the listing gets there.
  */
-export function listPage(request: ListRequest, reply: unknown): { page: RecordPage; fresh: boolean } {
-  if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
-  const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
-  let at = String(scan);
-  let p = pending.map(String);
-  let k = request.shard;
-  const done = at === '' && p.length === 0;
-  if (done && k + 1 === request.shards) return { page: { records: records(pairs), cursor: null }, fresh: false };
-  if (done) [at, p, k] = ['0', [], k + 1];
-  const cursor = { ...(request.index ? { i: at } : { s: at }), p, ...(request.shards > 1 ? { k } : {}) };
-  return { page: { records: records(pairs), cursor: encodeCursor(cursor) }, fresh: done };
+export function listPages(
+  requests: ListRequest[],
+  replies: unknown[],
+  limit: number,
+): { page: RecordPage; next?: number } {
+  const out: StoredRecord[] = [];
+  for (let r = 0; r < requests.length; r++) {
+    const request = requests[r] as ListRequest;
+    const reply = replies[r];
+    if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
+    const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
+    const at = String(scan);
+    // A client with a Buffer type mapping answers Buffers: String() reads those too.
+    const over: string[] = [];
+    for (let i = 0; i < pairs.length; i += 2) {
+      const m = String(pairs[i]);
+      const id = parseMember(m);
+      // A key under the prefix that no record of ours was stored at (written by hand) is passed over.
+      if (!id) continue;
+      if (out.length < limit) out.push(decodeRecord(pairs[i + 1], id));
+      else over.push(m);
+    }
+    const p = [...over, ...pending.map(String)];
+    if (at !== '' || p.length > 0) return { page: { records: out, cursor: cursorAt(request, at, p, request.shard) } };
+    if (request.shard + 1 === request.shards) return { page: { records: out, cursor: null } };
+  }
+  const last = requests[requests.length - 1] as ListRequest;
+  const next = last.shard + 1;
+  return { page: { records: out, cursor: cursorAt(last, '0', [], next) }, next };
 }
 
-// A client with a Buffer type mapping answers Buffers: String() reads those too.
-function records(pairs: unknown[]): StoredRecord[] {
-  const out: StoredRecord[] = [];
-  for (let i = 0; i < pairs.length; i += 2) {
-    const id = parseMember(String(pairs[i]));
-    // A key under the prefix that no record of ours was stored at (written by hand) is passed over.
-    if (id) out.push(decodeRecord(pairs[i + 1], id));
-  }
-  return out;
+function cursorAt(request: ListRequest, at: string, p: string[], k: number): string {
+  return encodeCursor({ ...(request.index ? { i: at } : { s: at }), p, ...(request.shards > 1 ? { k } : {}) });
 }

@@ -36,7 +36,7 @@ import {
   updateArgs,
 } from './codec.js';
 import { REINDEX } from './list-scripts.js';
-import { listPage, listRequest } from './listing.js';
+import { listPages, listRequest } from './listing.js';
 import { GET, INDEX_KEYS, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
 export { ownedClientOptions } from './client.js';
@@ -137,6 +137,7 @@ export class RedisStore implements RecordStore {
   private readonly target: string | RedisClusterNode[] | undefined;
   private readonly durability: Durability;
   private readonly given: Senders | undefined;
+  private readonly cluster: boolean;
   // The client the store made, from creation on (also while it connects), until it is dropped.
   private owned: OwnedClient | undefined;
   private connecting: Promise<OwnedClient> | undefined;
@@ -160,6 +161,7 @@ export class RedisStore implements RecordStore {
     this.durability = { replicas, ms: Math.max(1, Math.floor(timeoutMs / 2)) };
     this.given = options.client ? senders(options.client, this.durability) : undefined;
     const cluster = options.cluster !== undefined || (options.client !== undefined && isCluster(options.client));
+    this.cluster = cluster;
     // Braces in the prefix would be the keys' hash tag, putting every shard in one slot.
     if (cluster && /[{}]/.test(prefix))
       throw new InvalidArgumentError('redisStore: a prefix on Redis Cluster may not contain { or }');
@@ -230,19 +232,31 @@ export class RedisStore implements RecordStore {
    * A page of `query`: `in_progress` and `unknown` from their index by SSCAN (dropping members
    * whose record expired or moved on), other listings by SCAN. A page may hold fewer records than
    * `limit`, even none, before the end: only a null cursor says the listing is done. On a cluster
-   * the shards are listed one after the other, and one page goes on into the next shard while it
-   * has room and the shard before was read to its end.
+   * the shards are listed in order, and a page with room left after a shard read to its end goes
+   * on into the next ones at once, side by side: an index listing in waves of 1, 2, 4... shards (a
+   * sparse listing takes a few round trips, not one per shard, and a full page reads few shards it
+   * then drops); a SCAN listing all of them in one wave, since each shard's SCAN visits every key
+   * of its node (SCAN knows no slots) whatever it finds, and the nodes then work side by side.
    */
   async list(query: RecordQuery): Promise<RecordPage> {
     const prefixes = this.shards.map((s) => s.prefix);
-    const records: StoredRecord[] = [];
-    let request = listRequest(prefixes, query);
-    for (;;) {
-      const { page, fresh } = listPage(request, await this.send(request.script, request.args));
+    const first = listRequest(prefixes, query);
+    const requests = [first];
+    // A SCAN listing from its start asks every shard at once, for the same reason as below.
+    if (query.cursor === undefined && !first.index)
+      for (let k = 1; k < prefixes.length; k++) requests.push(listRequest(prefixes, query, k));
+    const replies = await Promise.all(requests.map((r) => this.send(r.script, r.args)));
+    let { page, next } = listPages(requests, replies, query.limit);
+    const records = page.records;
+    for (let size = first.index ? 1 : prefixes.length; next !== undefined && records.length < query.limit; size *= 2) {
+      const room = query.limit - records.length;
+      const wave = [];
+      for (let k = next; k < Math.min(next + size, prefixes.length); k++)
+        wave.push(listRequest(prefixes, { ...query, limit: room }, k));
+      ({ page, next } = listPages(wave, await Promise.all(wave.map((r) => this.send(r.script, r.args))), room));
       records.push(...page.records);
-      if (page.cursor === null || !fresh || records.length >= query.limit) return { records, cursor: page.cursor };
-      request = listRequest(prefixes, { ...query, limit: query.limit - records.length, cursor: page.cursor });
     }
+    return { records, cursor: page.cursor };
   }
 
   /**
@@ -320,7 +334,9 @@ export class RedisStore implements RecordStore {
   // The store's own client has no per-command timer (ioredis's commandTimeout arms one per
   // command): this one timer per batch bounds the wait instead, connecting included. A client
   // that timed out is destroyed, failing whatever else waits on it, and the next call connects
-  // afresh. A client passed in keeps its own timeouts. `write` for the runs that write records,
+  // afresh; a cluster client is kept, since ioredis reconnects its nodes and follows a failover
+  // itself, and one slow node must not fail the calls of the others. A client passed in keeps
+  // its own timeouts. `write` for the runs that write records,
   // which wait for `replicas` when asked.
   private send(script: RedisScript, args: string[], write = false): Promise<unknown> {
     if (this.closed) return Promise.reject(new OncelyError('CLOSED', 'the redis store is closed'));
@@ -332,7 +348,7 @@ export class RedisStore implements RecordStore {
       let used = ready;
       const timer = setTimeout(() => {
         reject(new Error(`redis did not answer within ${this.timeoutMs} ms`));
-        this.abandon(used ?? this.owned);
+        if (!this.cluster) this.abandon(used ?? this.owned);
       }, this.timeoutMs);
       const sent = ready
         ? via(ready)

@@ -22,6 +22,8 @@ export interface LocalCluster {
   masters(): Promise<number[]>;
   /** Kills the node at `port` with SIGKILL (no shutdown, no last replication). */
   kill(port: number): void;
+  /** Starts the node at `port` again (empty: nothing was saved); it rejoins as a replica. */
+  restart(port: number): void;
   /** Resolves when every live node reports cluster_state:ok and no slot is served by a dead node. */
   waitHealthy(timeoutMs?: number): Promise<void>;
   /** Runs one redis-cli command against the node at `port` and answers its output. */
@@ -61,7 +63,7 @@ export async function startCluster(): Promise<LocalCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-cluster-'));
   const ports = await freePorts(6);
   const children = new Map<number, ChildProcess>();
-  for (const port of ports) {
+  const launch = (port: number) => {
     const child = spawn(
       'redis-server',
       [
@@ -88,7 +90,8 @@ export async function startCluster(): Promise<LocalCluster> {
       { stdio: 'ignore' },
     );
     children.set(port, child);
-  }
+  };
+  for (const port of ports) launch(port);
   const cli = async (port: number, ...args: string[]) =>
     (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout;
   const stop = async () => {
@@ -97,10 +100,15 @@ export async function startCluster(): Promise<LocalCluster> {
     rmSync(dir, { recursive: true, force: true });
   };
   const live = () => [...children.entries()].filter(([, c]) => c.exitCode === null && c.signalCode === null);
+  // By the first node that answers (one just killed may not have exited yet).
   const masters = async () => {
-    const [port] = live()[0] ?? [];
-    if (port === undefined) throw new Error('no live cluster node');
-    return (await cli(port, 'CLUSTER', 'NODES'))
+    let nodes: string | undefined;
+    for (const [port] of live()) {
+      nodes = await cli(port, 'CLUSTER', 'NODES').catch(() => undefined);
+      if (nodes) break;
+    }
+    if (!nodes) throw new Error('no live cluster node');
+    return nodes
       .split('\n')
       .filter((line) => / (myself,)?master /.test(line) && !line.includes('fail'))
       .map((line) => Number(/:(\d+)@/.exec(line)?.[1]));
@@ -149,6 +157,7 @@ export async function startCluster(): Promise<LocalCluster> {
     kill(port) {
       children.get(port)?.kill('SIGKILL');
     },
+    restart: launch,
     waitHealthy,
     cli,
     stop,
