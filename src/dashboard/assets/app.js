@@ -623,6 +623,8 @@ async function route() {
 }
 
 window.addEventListener('hashchange', () => {
+  // What the last action said belongs to the page it was taken on.
+  say('');
   route().then(() => main.focus());
 });
 route();
