@@ -48,6 +48,7 @@ import {
 } from './admin-lists.js';
 import { listFindings } from './duplicates.js';
 import { overview } from './overview.js';
+import { storedResult } from './record-result.js';
 import { readSeries, SAMPLE_EVERY_MS, SERIES_WINDOWS } from './series.js';
 
 /** What the admin API reads and changes: the host's own parts. */
@@ -236,7 +237,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
     const id = refOf(req.c.req.param('ref') ?? '');
     const record = await onRecords((tx) => once.get(id, { tx }));
     if (!record) refuse('NOT_FOUND', `no record ${recordRef(id)}`);
-    return { ref: recordRef(id), ...record };
+    return { ref: recordRef(id), ...record, result: await storedResult(db, id) };
   });
   change('/records/:ref/resolve', 'records.resolve', async (req) => {
     req.query([]);

@@ -206,7 +206,10 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       });
       expect(next.status).toBe(200);
       expect(next.json.data).toEqual({ chargeId: 'ch_settled_by_ada' });
-      expect(await text('main')).toContain('admin:token:ada');
+      // The detail shows the settlement and the stored result the caller was answered.
+      const settled = await text('main');
+      expect(settled).toContain('admin:token:ada');
+      expect(settled).toContain('"chargeId": "ch_settled_by_ada"');
     });
 
     it('events: the dead letter with its last error and attempts; replayed from the page, applied once', async () => {
