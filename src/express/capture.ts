@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http';
+import { OutgoingMessage, ServerResponse } from 'node:http';
 import type { Execution } from '../http/gate.js';
 import { normalizeHeaders } from '../http/response.js';
 
@@ -6,66 +6,147 @@ type Callback = (error?: Error | null) => void;
 type Chunk = string | Uint8Array;
 type State = 'holding' | 'streaming' | 'ending';
 
+/** The response methods a hold takes over while it holds. */
+const METHODS = ['write', 'end', 'writeHead', 'flushHeaders', 'setHeader', 'appendHeader', 'removeHeader'] as const;
+type Originals = Pick<ServerResponse, (typeof METHODS)[number]>;
+
+/** Where a response being held keeps its hold; undefined once its response is sent. */
+const HOLD = Symbol('oncely.hold');
+type Held = ServerResponse & { [HOLD]?: Hold | undefined };
+
 const EMPTY = Buffer.alloc(0);
 
 /**
  * Holds what a handler writes to `res` until its record is written, then sends it.
  * A body over `limit` bytes or a `text/event-stream` response stops being held: what was held goes
  * out, the rest passes straight through, and the record says RESPONSE_NOT_STORED, never half a body.
+ *
+ * The seven methods are replaced once per Express app (on its response prototype), by functions
+ * that act for the hold of the response they are called on and pass straight through without
+ * one: patching each response cost about 13 µs a request (seven closures and their installation).
+ * A response whose methods another middleware already wrapped on the response itself (compression)
+ * gets the same functions on itself, around those wrappers.
  * @example holdResponse(res, gate.maxBodyBytes, start.run); next();
  */
 export function holdResponse(res: ServerResponse, limit: number, run: Execution): void {
-  // The functions as they are now: another middleware (compression) may have wrapped them already.
-  const original = {
-    write: res.write,
-    end: res.end,
-    writeHead: res.writeHead,
-    flushHeaders: res.flushHeaders,
-    setHeader: res.setHeader,
-    appendHeader: res.appendHeader,
-    removeHeader: res.removeHeader,
-  };
-  const held: Buffer[] = [];
-  let size = 0;
-  let state: State = 'holding';
-  // Whether the handler has started its response: it sees headersSent as it would without us,
-  // so Express's error handler cuts the connection instead of writing a 500 over a half response.
-  let committed = false;
-  Object.defineProperty(res, 'headersSent', { configurable: true, get: () => committed });
+  const held = res as Held;
+  const proto = Object.getPrototypeOf(res) as object;
+  const wrapped = METHODS.some((name) => Object.hasOwn(res, name));
+  // Node's own prototype is never patched: only an app's (Express gives each app its own).
+  const shared = !wrapped && proto !== ServerResponse.prototype;
+  const original = shared ? (patched.get(proto) ?? patch(proto, true)) : patch(res, false);
+  held[HOLD] = new Hold(held, limit, run, original);
+}
 
-  const unpatch = (keepEnd: boolean) => {
-    res.write = original.write;
-    res.writeHead = original.writeHead;
-    res.flushHeaders = original.flushHeaders;
-    if (!keepEnd) res.end = original.end;
-    Reflect.deleteProperty(res, 'headersSent');
-  };
+/** The originals behind each patched prototype, in the order patch found them. */
+const patched = new WeakMap<object, Originals>();
 
+/**
+ * Replaces the seven methods and headersSent on `target`: an app's response prototype (`shared`,
+ * remembered), or one response. Returns what they were.
+ */
+function patch(target: object, shared: boolean): Originals {
+  const self = target as Originals;
+  const original: Originals = {
+    write: self.write,
+    end: self.end,
+    writeHead: self.writeHead,
+    flushHeaders: self.flushHeaders,
+    setHeader: self.setHeader,
+    appendHeader: self.appendHeader,
+    removeHeader: self.removeHeader,
+  };
+  const sent = headersSentGetter(target);
+  const define = (name: string, value: unknown) =>
+    Object.defineProperty(target, name, { value, writable: true, configurable: true, enumerable: false });
+  // Explicit parameters rather than rest arrays: setHeader runs several times per response.
+  define('write', function write(this: Held, chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) {
+    const hold = this[HOLD];
+    if (hold?.intercepting) return hold.write(chunk, encoding, callback);
+    return Reflect.apply(original.write, this, [chunk, encoding, callback]);
+  });
+  define(
+    'end',
+    function end(this: Held, chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, cb?: Callback) {
+      const hold = this[HOLD];
+      return hold ? hold.end(chunk, encoding, cb) : Reflect.apply(original.end, this, [chunk, encoding, cb]);
+    },
+  );
+  define('writeHead', function writeHead(this: Held, status: number, reason?: unknown, headers?: unknown) {
+    const hold = this[HOLD];
+    if (hold?.intercepting) return hold.writeHead(status, reason, headers);
+    return Reflect.apply(original.writeHead, this, [status, reason, headers]);
+  });
+  define('flushHeaders', function flushHeaders(this: Held) {
+    const hold = this[HOLD];
+    if (hold?.intercepting) hold.flushHeaders();
+    else Reflect.apply(original.flushHeaders, this, []);
+  });
   // Once the handler has ended, its response is decided: a late error handler that ignores
   // headersSent must not turn it into a 500 with the stored body's length (bare Node would throw).
-  const freeze = () => {
-    res.setHeader = ignore as ServerResponse['setHeader'];
-    res.appendHeader = ignore as ServerResponse['appendHeader'];
-    res.removeHeader = ignore as ServerResponse['removeHeader'];
-  };
-  const thaw = () => {
-    res.setHeader = original.setHeader;
-    res.appendHeader = original.appendHeader;
-    res.removeHeader = original.removeHeader;
-  };
-  function ignore() {
-    return res;
+  define('setHeader', function setHeader(this: Held, name: string, value: unknown) {
+    return this[HOLD]?.frozen ? this : Reflect.apply(original.setHeader, this, [name, value]);
+  });
+  define('appendHeader', function appendHeader(this: Held, name: string, value: unknown) {
+    return this[HOLD]?.frozen ? this : Reflect.apply(original.appendHeader, this, [name, value]);
+  });
+  define('removeHeader', function removeHeader(this: Held, name: string) {
+    if (!this[HOLD]?.frozen) Reflect.apply(original.removeHeader, this, [name]);
+  });
+  // The handler sees headersSent as it would without us, so Express's error handler cuts the
+  // connection instead of writing a 500 over a half response.
+  Object.defineProperty(target, 'headersSent', {
+    configurable: true,
+    get(this: Held) {
+      const hold = this[HOLD];
+      return hold?.intercepting ? hold.committed : sent.call(this);
+    },
+  });
+  if (shared) patched.set(target, original);
+  return original;
+}
+
+/** The headersSent getter `target` has now (Node's, on OutgoingMessage.prototype, unless something replaced it). */
+function headersSentGetter(target: object): (this: ServerResponse) => boolean {
+  for (let o: object | null = target; o !== null; o = Object.getPrototypeOf(o)) {
+    const get = Object.getOwnPropertyDescriptor(o, 'headersSent')?.get;
+    if (get) return get as (this: ServerResponse) => boolean;
+  }
+  const node = Object.getOwnPropertyDescriptor(OutgoingMessage.prototype, 'headersSent')?.get;
+  return node as (this: ServerResponse) => boolean;
+}
+
+/**
+ * One response's hold: what the handler wrote so far and where it stands. One per executed
+ * request; the patched methods of patch() call it while the response is `res[HOLD]`.
+ */
+class Hold {
+  private readonly held: Buffer[] = [];
+  private size = 0;
+  private state: State = 'holding';
+  /** Whether the handler has started its response (what it sees as headersSent). */
+  committed = false;
+  /** write, writeHead, flushHeaders and headersSent are the hold's: until it streams or sends. */
+  intercepting = true;
+  /** setHeader, appendHeader and removeHeader are ignored: from the handler's end until the send. */
+  frozen = false;
+
+  constructor(
+    private readonly res: Held,
+    private readonly limit: number,
+    private readonly run: Execution,
+    private readonly original: Originals,
+  ) {
+    res.once('close', () => {
+      // The client left before the response ended. The handler still answers (into a closed socket),
+      // and that answer is stored for the client's retry; one that never answers is released after a lease.
+      if (this.state === 'holding' || this.state === 'streaming') run.clientLeft();
+    });
   }
 
-  const stream = () => {
-    state = 'streaming';
-    unpatch(true);
-    for (const chunk of held) Reflect.apply(original.write, res, [chunk]);
-    held.length = 0;
-  };
-
-  res.writeHead = function writeHead(status: number, reason?: unknown, headers?: unknown) {
-    if (state === 'ending') return res;
+  writeHead(status: number, reason?: unknown, headers?: unknown): ServerResponse {
+    const { res } = this;
+    if (this.state === 'ending') return res;
     if (typeof reason === 'string') res.statusMessage = reason;
     else headers = reason;
     res.statusCode = status;
@@ -76,40 +157,41 @@ export function holdResponse(res: ServerResponse, limit: number, run: Execution)
     } else if (headers && typeof headers === 'object') {
       for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value);
     }
-    committed = true;
-    if (isEventStream(res)) stream();
+    this.committed = true;
+    if (isEventStream(res)) this.stream();
     return res;
-  } as ServerResponse['writeHead'];
+  }
 
-  res.flushHeaders = function flushHeaders() {
-    committed = true;
+  flushHeaders(): void {
+    this.committed = true;
     // Only an event stream needs its headers early; anything else is sent whole at the end.
-    if (!isEventStream(res)) return;
-    stream();
-    Reflect.apply(original.flushHeaders, res, []);
-  };
+    if (!isEventStream(this.res)) return;
+    this.stream();
+    Reflect.apply(this.original.flushHeaders, this.res, []);
+  }
 
-  res.write = function write(chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback) {
+  write(chunk: Chunk, encoding?: BufferEncoding | Callback, callback?: Callback): boolean {
     if (typeof encoding === 'function') {
       callback = encoding;
       encoding = undefined;
     }
-    if (state !== 'holding') {
+    if (this.state !== 'holding') {
       if (callback) process.nextTick(callback, new Error('write after end'));
       return false;
     }
-    committed = true;
+    this.committed = true;
     const bytes = toBytes(chunk, encoding);
     if (bytes) {
-      held.push(bytes);
-      size += bytes.length;
+      this.held.push(bytes);
+      this.size += bytes.length;
     }
-    if (size > limit || isEventStream(res)) stream();
+    if (this.size > this.limit || isEventStream(this.res)) this.stream();
     if (callback) process.nextTick(callback);
     return true;
-  } as ServerResponse['write'];
+  }
 
-  res.end = function end(chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback) {
+  end(chunk?: Chunk | Callback, encoding?: BufferEncoding | Callback, callback?: Callback): ServerResponse {
+    const { res, held } = this;
     if (typeof chunk === 'function') {
       callback = chunk;
       chunk = undefined;
@@ -117,41 +199,43 @@ export function holdResponse(res: ServerResponse, limit: number, run: Execution)
       callback = encoding;
       encoding = undefined;
     }
-    if (state === 'ending') {
+    if (this.state === 'ending') {
       if (callback) process.nextTick(callback);
       return res;
     }
-    committed = true;
+    this.committed = true;
     const last = toBytes(chunk, typeof encoding === 'string' ? encoding : undefined);
-    const complete = state === 'holding' && size + (last?.length ?? 0) <= limit && !isEventStream(res);
-    if (state === 'holding' && !complete) stream();
-    state = 'ending';
+    const complete = this.state === 'holding' && this.size + (last?.length ?? 0) <= this.limit && !isEventStream(res);
+    if (this.state === 'holding' && !complete) this.stream();
+    this.state = 'ending';
     const body = !complete ? EMPTY : held.length === 0 ? (last ?? EMPTY) : Buffer.concat(last ? [...held, last] : held);
     const status = res.statusCode;
     const captured = { status, headers: normalizeHeaders(res.getHeaders()), body };
-    if (complete) freeze();
+    if (complete) this.frozen = true;
     const send = (headers: Record<string, string | string[]>) => {
-      thaw();
-      unpatch(false);
+      // From here on every method is the original again.
+      res[HOLD] = undefined;
       if (complete) {
         res.statusCode = status;
-        for (const [name, value] of Object.entries(headers)) if (!res.hasHeader(name)) res.setHeader(name, value);
+        for (const name in headers) if (!res.hasHeader(name)) res.setHeader(name, headers[name] as string | string[]);
       }
-      Reflect.apply(original.end, res, [complete ? body : last, callback]);
+      Reflect.apply(this.original.end, res, [complete ? body : last, callback]);
     };
-    run.finish(captured, complete).then(
+    this.run.finish(captured, complete).then(
       (sent) => send(sent.headers),
       // The gate answers every failure itself; should it ever throw, the client still gets its response.
       () => send({}),
     );
     return res;
-  } as ServerResponse['end'];
+  }
 
-  res.once('close', () => {
-    // The client left before the response ended. The handler still answers (into a closed socket),
-    // and that answer is stored for the client's retry; one that never answers is released after a lease.
-    if (state === 'holding' || state === 'streaming') run.clientLeft();
-  });
+  /** Sends what was held and lets the rest through (end stays the hold's, to report the outcome). */
+  private stream(): void {
+    this.state = 'streaming';
+    this.intercepting = false;
+    for (const chunk of this.held) Reflect.apply(this.original.write, this.res, [chunk]);
+    this.held.length = 0;
+  }
 }
 
 function isEventStream(res: ServerResponse): boolean {
