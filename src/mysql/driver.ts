@@ -13,11 +13,8 @@ export interface MysqlQueryable {
   query(sql: string, values?: any): Promise<MysqlAnswer>;
 }
 
-/** A connection checked out of a pool: the caller's `tx`, or the store's own for a locked write. */
+/** A connection checked out of a pool: the caller's `tx`, or the store's own for a transaction of its writes. */
 export interface MysqlConnection extends MysqlQueryable {
-  beginTransaction(): Promise<void>;
-  commit(): Promise<void>;
-  rollback(): Promise<void>;
   release(): void;
   /** Closes the connection and drops it from its pool (for one that failed mid-transaction). */
   destroy?(): void;

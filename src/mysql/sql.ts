@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, RecordState, Settlement, StoredRecord } from '../core/record.js';
-import type { RecordPatch, RecordQuery } from '../store.js';
+import type { Expectation, RecordPatch, RecordQuery } from '../store.js';
 
 /** A statement ready for mysql2's `query(text, values)` (`?` placeholders, filled in by the client). */
 export interface Query {
@@ -61,6 +61,11 @@ export interface RecordRow {
 
 const text = (value: Buffer | string): string => (typeof value === 'string' ? value : value.toString('utf8'));
 const nullableNumber = (value: number | string | null): number | null => (value === null ? null : Number(value));
+
+/** The id of a row (its id columns are bytes). */
+export function rowId(row: Pick<RecordRow, 'tenant' | 'action' | 'key'>): RecordId {
+  return { tenant: text(row.tenant), action: text(row.action), key: text(row.key) };
+}
 
 /** Converts a row to a record. */
 export function toRecord(row: RecordRow): StoredRecord {
@@ -131,13 +136,6 @@ const CLOCK = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(
 const param = (field: string, value: unknown): unknown =>
   field === 'settlement' ? (value ? JSON.stringify(value) : null) : value;
 
-/** Checks a patch against the whitelist, so a bad patch fails its caller alone and never a whole batch. */
-export function checkPatch(patch: RecordPatch): void {
-  for (const [field, value] of Object.entries(patch))
-    if (value !== undefined && !PATCHABLE.some(([name]) => name === field))
-      throw new InvalidArgumentError(`a record patch cannot set "${field}"`);
-}
-
 /** `(tenant = ? AND action = ? AND key = ?) OR ...`: ranges on the primary key, one per id. */
 function idsWhere(ids: readonly RecordId[], values: unknown[]): string {
   return ids
@@ -149,66 +147,120 @@ function idsWhere(ids: readonly RecordId[], values: unknown[]): string {
 }
 
 /**
- * Inserts records (distinct ids, in the order given) unless their id exists, each row marked with
- * `token`. Duplicates are left as they are (ON DUPLICATE KEY with a no-op, not INSERT IGNORE, which
- * would also turn a value too long into a silent truncation). `relative`: times are ms from the
- * statement's clock.
+ * Inserts records (distinct ids, in the order given) unless their id exists, each row marked as
+ * written by `token` at the statement's clock. Duplicates are left as they are (ON DUPLICATE KEY
+ * with a no-op, not INSERT IGNORE, which would also turn a value too long into a silent
+ * truncation). `relative`: times are ms from the statement's clock.
  */
 export function insertMany(n: Names, records: readonly StoredRecord[], relative: boolean, token: Buffer): Query {
   const values: unknown[] = [];
-  const row = `(${FIELDS.map(([, column]) => (relative && TIME_COLUMNS.has(column) ? `${CLOCK} + ?` : '?')).join(', ')}, ?)`;
+  const row = `(${FIELDS.map(([, column]) => (relative && TIME_COLUMNS.has(column) ? `${CLOCK} + ?` : '?')).join(', ')}, ?, ${CLOCK})`;
   for (const record of records) {
     for (const [field] of FIELDS) values.push(param(field, record[field]));
     values.push(token);
   }
   return {
-    text: `INSERT INTO ${n.records} (${COLUMNS}, \`insert_token\`) VALUES ${records.map(() => row).join(', ')}
+    text: `INSERT INTO ${n.records} (${COLUMNS}, \`written_by\`, \`written_at\`) VALUES ${records.map(() => row).join(', ')}
 ON DUPLICATE KEY UPDATE \`fence\` = \`fence\``,
     values,
   };
 }
 
 /**
- * Reads the records of some ids, each with whether `token` inserted it and the clock's `now`.
- * `locking`: in a caller's transaction, read the latest committed rows (a locking read), not the
- * transaction's snapshot, which predates rows our insert found as duplicates.
+ * Reads the records of some ids, each with whether `token` wrote it last, when it was written,
+ * and the clock's `now`. `locking`: in a caller's transaction, read the latest committed rows (a
+ * locking read), not the transaction's snapshot, which predates rows our insert found as duplicates.
  */
 export function selectMany(n: Names, ids: readonly RecordId[], token: Buffer | null, locking: boolean): Query {
   const values: unknown[] = [token];
   const where = idsWhere(ids, values);
   return {
-    text: `SELECT ${SELECTED}, r.\`insert_token\` = ? AS mine, ${CLOCK} AS now FROM ${n.records} r WHERE ${where}${locking ? ' FOR UPDATE' : ''}`,
+    text: `SELECT ${SELECTED}, r.\`written_by\` = ? AS mine, r.\`written_at\`, ${CLOCK} AS now FROM ${n.records} r WHERE ${where}${locking ? ' FOR UPDATE' : ''}`,
     values,
   };
 }
 
-/** Locks the rows of some ids (in key order, so overlapping batches wait instead of deadlocking) and reads them with the clock's now. */
-export function lockMany(n: Names, ids: readonly RecordId[]): Query {
-  const values: unknown[] = [];
-  const where = idsWhere(ids, values);
-  return {
-    text: `SELECT ${SELECTED}, ${CLOCK} AS now FROM ${n.records} r WHERE ${where} ORDER BY r.\`tenant\`, r.\`action\`, r.\`key\` FOR UPDATE`,
-    values,
-  };
+/** One conditional write of a batch. */
+export interface UpdateItem {
+  id: RecordId;
+  expect: Expectation;
+  patch: RecordPatch;
+  /** The patch's times are ms from the clock's now (see WriteOptions). */
+  relative: boolean;
+}
+
+/** The patch's fields as a bit mask over PATCHABLE, checked against it; fields set to undefined are left alone. */
+export function patchMask(patch: RecordPatch): number {
+  let mask = 0;
+  for (const [field, value] of Object.entries(patch)) {
+    if (value === undefined) continue;
+    const bit = PATCHABLE.findIndex(([name]) => name === field);
+    if (bit < 0) throw new InvalidArgumentError(`a record patch cannot set "${field}"`);
+    mask |= 1 << bit;
+  }
+  return mask;
 }
 
 /**
- * Writes whole records over locked rows of the same ids, in one statement: a derived table of the
- * new values joined on the primary key (portable: no RETURNING, no row constructors of one dialect).
+ * Applies many conditional writes (distinct ids) in one statement: a derived table of the writes
+ * joined on the primary key, each row's expectation in the WHERE. MySQL has no UPDATE ...
+ * RETURNING, so each row written is marked with `token` and the statement's clock, and
+ * `writtenBy` reads back which (in the same transaction, which holds their locks).
  */
-export function writeMany(n: Names, records: readonly StoredRecord[]): Query {
+export function updateMany(n: Names, items: readonly UpdateItem[], token: Buffer): Query {
   const values: unknown[] = [];
-  const rows = records.map((record, i) => {
-    for (const [field] of FIELDS) values.push(param(field, record[field]));
+  const names = [
+    'tenant',
+    'action',
+    'key',
+    'expect_fence',
+    'expect_states',
+    'check_lease',
+    'expect_lease',
+    'mask',
+    'relative',
+    ...PATCHABLE.map(([, column]) => column),
+  ];
+  const rows = items.map((u, i) => {
+    values.push(
+      u.id.tenant,
+      u.id.action,
+      u.id.key,
+      u.expect.fence,
+      u.expect.states.join(','),
+      u.expect.leaseUntil !== undefined,
+      u.expect.leaseUntil ?? null,
+      patchMask(u.patch),
+      u.relative,
+      ...PATCHABLE.map(([field]) => param(field, u.patch[field] ?? null)),
+    );
     return i === 0
-      ? `SELECT ${FIELDS.map(([, column]) => `? AS \`${column}\``).join(', ')}`
-      : `SELECT ${FIELDS.map(() => '?').join(', ')}`;
+      ? `SELECT ${names.map((name) => `? AS \`${name}\``).join(', ')}`
+      : `SELECT ${names.map(() => '?').join(', ')}`;
   });
-  const sets = PATCHABLE.map(([, column]) => `r.\`${column}\` = v.\`${column}\``).join(', ');
+  // A mask bit per field lets patches of any shape share one statement; each assignment reads only its own column.
+  const sets = PATCHABLE.map(([, column], bit) => {
+    const value = TIME_COLUMNS.has(column) ? `v.\`${column}\` + IF(v.relative, ${CLOCK}, 0)` : `v.\`${column}\``;
+    return `r.\`${column}\` = IF(v.mask & ${1 << bit}, ${value}, r.\`${column}\`)`;
+  });
+  values.push(token);
   return {
     text: `UPDATE ${n.records} r JOIN (${rows.join(' UNION ALL ')}) v
 ON r.\`tenant\` = v.\`tenant\` AND r.\`action\` = v.\`action\` AND r.\`key\` = v.\`key\`
-SET ${sets}`,
+SET ${sets.join(', ')}, r.\`written_by\` = ?, r.\`written_at\` = ${CLOCK}
+WHERE r.\`fence\` = v.expect_fence AND FIND_IN_SET(r.\`state\`, v.expect_states) > 0
+  AND (NOT v.check_lease OR r.\`lease_until\` <=> v.expect_lease)`,
+    values,
+  };
+}
+
+/** The ids among `ids` that `token` wrote last, with the clock it wrote at. */
+export function writtenBy(n: Names, ids: readonly RecordId[], token: Buffer): Query {
+  const values: unknown[] = [];
+  const where = idsWhere(ids, values);
+  values.push(token);
+  return {
+    text: `SELECT r.\`tenant\`, r.\`action\`, r.\`key\`, r.\`written_at\` FROM ${n.records} r WHERE (${where}) AND r.\`written_by\` = ?`,
     values,
   };
 }
@@ -300,7 +352,10 @@ export function recordSteps(n: Names): readonly MysqlStep[] {
   \`completed_at\` BIGINT NULL,
   \`expires_at\` BIGINT NULL,
   \`settlement\` MEDIUMTEXT ${text} NULL,
-  \`insert_token\` BINARY(16) NULL,
+  -- The last write's token and the clock it wrote at: what an insert or an update reads back to
+  -- learn which rows it wrote, MySQL having no RETURNING.
+  \`written_by\` BINARY(16) NULL,
+  \`written_at\` BIGINT NULL,
   PRIMARY KEY (\`tenant\`, \`action\`, \`key\`),
   KEY \`${n.table}_expires_at\` (\`expires_at\`),
   KEY \`${n.table}_state\` (\`state\`),

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Batcher } from '../core/batcher.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
-import { absoluteRecord, absoluteTimes, type RecordId, type StoredRecord } from '../core/record.js';
+import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import type {
   Expectation,
   InsertResult,
@@ -32,6 +32,8 @@ export type MysqlStoreOptions = ({ uri: string; pool?: undefined } | { pool: Mys
 
 /** Most items in one batched statement. */
 const MAX_BATCH = 500;
+/** Claim and read statements in flight at once, each on a connection of the pool. */
+const MAX_IN_FLIGHT = 4;
 /** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
 const MAX_INSERT_ROUNDS = 50;
 /** Times a statement of the store's own that InnoDB chose as a deadlock victim (or timed out on a lock) is run again. */
@@ -94,17 +96,42 @@ async function selectAll(
   token: Buffer | null,
   locking: boolean,
 ): Promise<Map<string, Found>> {
-  const rows = (await rowsOf(db, sql.selectMany(n, ids, token, locking))) as (sql.RecordRow & {
-    mine: number | null;
-    now: number | string;
-  })[];
+  return foundRows((await rowsOf(db, sql.selectMany(n, ids, token, locking))) as SelectedRow[]);
+}
+
+/** A row of selectMany. */
+type SelectedRow = sql.RecordRow & { mine: number | null; written_at: number | string | null; now: number | string };
+
+/** selectMany's rows by id key; a record the token wrote answers with the clock it was written at. */
+function foundRows(rows: SelectedRow[]): Map<string, Found> {
   const found = new Map<string, Found>();
   for (const row of rows) {
     const record = sql.toRecord(row);
-    found.set(idKey(record), { record, mine: Number(row.mine) === 1, now: Number(row.now) });
+    const mine = Number(row.mine) === 1;
+    found.set(idKey(record), { record, mine, now: Number(mine ? row.written_at : row.now) });
   }
   return found;
 }
+
+/**
+ * Runs statements in order on `db` and answers each one's result: in one round trip when `script`
+ * (the store's own pool, opened with multipleStatements), else one by one.
+ */
+async function runAll(db: MysqlQueryable, queries: sql.Query[], script: boolean): Promise<unknown[]> {
+  if (script && queries.length > 1) {
+    const [results] = await db.query(
+      queries.map((q) => q.text).join(';\n'),
+      queries.flatMap((q) => q.values),
+    );
+    return results as unknown[];
+  }
+  const results: unknown[] = [];
+  for (const q of queries) results.push((await db.query(q.text, q.values))[0]);
+  return results;
+}
+
+const BEGIN: sql.Query = { text: 'START TRANSACTION', values: [] };
+const COMMIT: sql.Query = { text: 'COMMIT', values: [] };
 
 /** Inserts records with distinct ids unless present; answers by id key. `locking`: inside a caller's transaction. */
 async function insertAll(
@@ -112,16 +139,18 @@ async function insertAll(
   n: sql.Names,
   inserts: Insert[],
   locking: boolean,
+  script: boolean,
 ): Promise<Map<string, InsertResult>> {
   // One statement writes times one way: relative and absolute records go separately.
   const relative = inserts.filter((p) => p.relative);
-  if (relative.length === 0 || relative.length === inserts.length) return insertSome(db, n, inserts, locking);
-  const answers = await insertSome(db, n, relative, locking);
+  if (relative.length === 0 || relative.length === inserts.length) return insertSome(db, n, inserts, locking, script);
+  const answers = await insertSome(db, n, relative, locking, script);
   for (const [id, answer] of await insertSome(
     db,
     n,
     inserts.filter((p) => !p.relative),
     locking,
+    script,
   ))
     answers.set(id, answer);
   return answers;
@@ -137,6 +166,7 @@ async function insertSome(
   n: sql.Names,
   inserts: Insert[],
   locking: boolean,
+  script: boolean,
 ): Promise<Map<string, InsertResult>> {
   const answers = new Map<string, InsertResult>();
   // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
@@ -147,18 +177,17 @@ async function insertSome(
     const relative = (pending[0] as Insert).relative;
     const token = randomBytes(16);
     const records = pending.map((p) => p.record);
-    const insert = sql.insertMany(n, records, relative, token);
-    // Outside a caller's transaction the insert is a statement of its own, safe to run again.
-    await (locking ? db.query(insert.text, insert.values) : retryingLocks(() => db.query(insert.text, insert.values)));
-    const found = await selectAll(db, n, records, token, locking);
+    const statements = [sql.insertMany(n, records, relative, token), sql.selectMany(n, records, token, locking)];
+    // Outside a caller's transaction the insert commits on its own: safe to run again when InnoDB refused it.
+    const run = () => runAll(db, statements, script);
+    const found = foundRows((await (locking ? run() : retryingLocks(run)))[1] as SelectedRow[]);
     // A row purged between the insert and the read is inserted again.
     pending = pending.filter((p) => {
       const row = found.get(idKey(p.record));
       if (!row) return true;
       if (!row.mine) answers.set(idKey(p.record), { inserted: false, record: row.record, now: row.now });
       else {
-        // A relative record was created at the insert's clock plus its createdAt: that clock is its now.
-        const now = relative ? row.record.createdAt - p.record.createdAt : row.now;
+        const now = row.now;
         answers.set(idKey(p.record), {
           inserted: true,
           record: relative ? absoluteRecord(p.record, now) : { ...p.record },
@@ -173,76 +202,35 @@ async function insertSome(
 
 const spread = (query: sql.Query): [string, unknown[]] => [query.text, query.values];
 
-/** One conditional write of a batch, checked before it is queued. */
-interface UpdateItem {
-  id: RecordId;
-  expect: Expectation;
-  patch: RecordPatch;
-  relative: boolean;
-}
-
-const matches = (record: StoredRecord, expect: Expectation): boolean =>
-  record.fence === expect.fence &&
-  expect.states.includes(record.state) &&
-  (expect.leaseUntil === undefined || record.leaseUntil === expect.leaseUntil);
-
-/** `record` with `patch` written over it; a relative patch's times count from `now`. */
-function patched(record: StoredRecord, patch: RecordPatch, now: number | undefined): StoredRecord {
-  const changes = now === undefined ? patch : absoluteTimes(patch, now);
-  const next: Record<string, unknown> = { ...record };
-  for (const [field, value] of Object.entries(changes)) if (value !== undefined) next[field] = value;
-  if (next.settlement === null) delete next.settlement;
-  return next as unknown as StoredRecord;
-}
+type UpdateItem = sql.UpdateItem;
 
 /**
- * Applies conditional writes with distinct ids, on a connection in a transaction: the rows are
- * read under lock, checked against their expectations here, and those that match are written in
- * one statement (MySQL has no UPDATE ... RETURNING to say which rows a conditional UPDATE hit).
- * Answers in item order: the clock's now each applied at (the locking read's), or null.
+ * Applies conditional writes with distinct ids: one UPDATE, then a read of the rows it marked (see
+ * sql.updateMany). `own`: in a transaction of the store's own around both, so the read sees
+ * exactly the rows the UPDATE wrote, still locked; else the caller's transaction does that.
+ * Answers in item order: the clock's now each applied at, or null.
  */
-async function updateAll(db: MysqlQueryable, n: sql.Names, items: UpdateItem[]): Promise<(number | null)[]> {
-  const rows = (await rowsOf(
-    db,
-    sql.lockMany(
+async function updateAll(
+  db: MysqlQueryable,
+  n: sql.Names,
+  items: UpdateItem[],
+  own: boolean,
+  script: boolean,
+): Promise<(number | null)[]> {
+  const token = randomBytes(16);
+  const statements = [
+    sql.updateMany(n, items, token),
+    sql.writtenBy(
       n,
       items.map((item) => item.id),
+      token,
     ),
-  )) as (sql.RecordRow & { now: number | string })[];
-  const locked = new Map<string, { record: StoredRecord; now: number }>();
-  for (const row of rows) {
-    const record = sql.toRecord(row);
-    locked.set(idKey(record), { record, now: Number(row.now) });
-  }
-  const writes: StoredRecord[] = [];
-  const answers = items.map((item) => {
-    const row = locked.get(idKey(item.id));
-    if (!row || !matches(row.record, item.expect)) return null;
-    writes.push(patched(row.record, item.patch, item.relative ? row.now : undefined));
-    return row.now;
-  });
-  if (writes.length > 0) await db.query(...spread(sql.writeMany(n, writes)));
-  return answers;
-}
-
-/** Runs `work` in a transaction on a connection of the pool; a connection that failed is not given back. */
-async function inTransaction<T>(pool: MysqlPool, work: (connection: MysqlConnection) => Promise<T>): Promise<T> {
-  const connection = await pool.getConnection();
-  let broken = false;
-  try {
-    await connection.beginTransaction();
-    const result = await work(connection);
-    await connection.commit();
-    return result;
-  } catch (error) {
-    // A statement error leaves the connection usable; anything else (no SQLSTATE: a lost connection) does not.
-    broken = sqlState(error) === undefined;
-    if (!broken) await connection.rollback().catch(() => (broken = true));
-    throw error;
-  } finally {
-    if (broken && typeof connection.destroy === 'function') connection.destroy();
-    else connection.release();
-  }
+  ];
+  const results = await runAll(db, own ? [BEGIN, ...statements, COMMIT] : statements, script);
+  const written = new Map<string, number>();
+  for (const row of results[own ? 2 : 1] as (sql.RecordRow & { written_at: number | string })[])
+    written.set(idKey(sql.rowId(row)), Number(row.written_at));
+  return items.map((item) => written.get(idKey(item.id)) ?? null);
 }
 
 /** Loads the optional mysql2 driver and opens a pool the store owns. */
@@ -254,7 +242,13 @@ async function openPool(uri: string): Promise<MysqlPool> {
     throw new InvalidArgumentError("mysqlStore({ uri }) needs the 'mysql2' package: npm install mysql2");
   }
   // utf8mb4 on the wire: keys are stored as their UTF-8 bytes.
-  return mysql.createPool({ uri, connectionLimit: 10, charset: 'utf8mb4' }) as unknown as MysqlPool;
+  // Statements of one batch go in one round trip (see runAll); every value is still escaped by mysql2.
+  return mysql.createPool({
+    uri,
+    connectionLimit: 10,
+    charset: 'utf8mb4',
+    multipleStatements: true,
+  }) as unknown as MysqlPool;
 }
 
 // Connections given as `tx` that carry the store's 'error' listener, so it is added once per connection.
@@ -297,6 +291,8 @@ export class MysqlStore implements RecordStore {
   private readonly names: sql.Names;
   private readonly given: MysqlPool | undefined;
   private readonly uri: string | undefined;
+  /** The pool is the store's own, opened to take several statements in one round trip. */
+  private readonly scripts: boolean;
   private pooled: Promise<MysqlPool> | undefined;
   private migrated: Promise<void> | undefined;
   private closed = false;
@@ -315,13 +311,18 @@ export class MysqlStore implements RecordStore {
       throw new InvalidArgumentError('mysqlStore pool must be a mysql2/promise Pool (with query and getConnection)');
     this.given = options.pool;
     this.uri = options.uri;
+    this.scripts = options.pool === undefined;
     this.names = sql.names(database, table);
     if (!batch) return;
     const batching = { maxBatch: MAX_BATCH, isolate: isItemError };
-    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), batching);
+    // Claims and reads of several batches may be in flight at once: InnoDB commits concurrent
+    // statements with one log flush, and callers stop moving in lockstep behind one statement.
+    // Writes stay one batch at a time, so two writes to one id apply in the order they were made.
+    const overlapping = { ...batching, maxInFlight: MAX_IN_FLIGHT };
+    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), overlapping);
     // Two writes to one id in one statement would both check the same old row; the second waits its turn.
     this.updates = new Batcher((items) => this.updateBatch(items), { ...batching, distinct: (item) => idKey(item.id) });
-    this.gets = new Batcher((ids) => this.getBatch(ids), batching);
+    this.gets = new Batcher((ids) => this.getBatch(ids), overlapping);
   }
 
   /** Creates or upgrades the table; memoized, and retried on the next call when it failed. */
@@ -341,7 +342,7 @@ export class MysqlStore implements RecordStore {
     if (tx != null) {
       const connection = asConnection(tx);
       await this.ready();
-      return (await insertAll(connection, this.names, [insert], true)).get(idKey(record)) as InsertResult;
+      return (await insertAll(connection, this.names, [insert], true, false)).get(idKey(record)) as InsertResult;
     }
     if (this.inserts) return this.inserts.push(insert);
     return (await this.insertBatch([insert]))[0] as InsertResult;
@@ -354,7 +355,8 @@ export class MysqlStore implements RecordStore {
     tx?: unknown,
     options?: WriteOptions,
   ): Promise<number | null> {
-    sql.checkPatch(patch);
+    // Checked here, so a bad patch fails its caller alone and never a whole batch.
+    sql.patchMask(patch);
     const item = {
       id: { tenant: id.tenant, action: id.action, key: id.key },
       expect,
@@ -364,7 +366,7 @@ export class MysqlStore implements RecordStore {
     if (tx != null) {
       const connection = asConnection(tx);
       await this.ready();
-      return (await updateAll(connection, this.names, [item]))[0] as number | null;
+      return (await updateAll(connection, this.names, [item], false, false))[0] as number | null;
     }
     if (this.updates) return this.updates.push(item);
     return (await this.updateBatch([item]))[0] as number | null;
@@ -425,7 +427,7 @@ export class MysqlStore implements RecordStore {
     const pool = await this.ready();
     const unique = new Map<string, Insert>();
     for (const insert of inserts) if (!unique.has(idKey(insert.record))) unique.set(idKey(insert.record), insert);
-    const answers = await insertAll(pool, this.names, [...unique.values()], false);
+    const answers = await insertAll(pool, this.names, [...unique.values()], false, this.scripts);
     // Duplicates within the batch share the first one's answer; only the first can have inserted it.
     return inserts.map((insert) => {
       const answer = answers.get(idKey(insert.record)) as InsertResult;
@@ -437,7 +439,22 @@ export class MysqlStore implements RecordStore {
 
   private async updateBatch(items: UpdateItem[]): Promise<(number | null)[]> {
     const pool = await this.ready();
-    return retryingLocks(() => inTransaction(pool, (connection) => updateAll(connection, this.names, items)));
+    // A transaction InnoDB rolled back (a deadlock victim) is run again whole.
+    return retryingLocks(async () => {
+      const connection = await pool.getConnection();
+      let lost = false;
+      try {
+        return await updateAll(connection, this.names, items, true, this.scripts);
+      } catch (error) {
+        // A statement error leaves the connection usable; anything else (no SQLSTATE: a lost connection) does not.
+        lost = sqlState(error) === undefined;
+        if (!lost) await connection.query('ROLLBACK').catch(() => (lost = true));
+        throw error;
+      } finally {
+        if (lost && typeof connection.destroy === 'function') connection.destroy();
+        else connection.release();
+      }
+    });
   }
 
   private async getBatch(ids: RecordId[]): Promise<(StoredRecord | null)[]> {
