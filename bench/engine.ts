@@ -1,13 +1,15 @@
 import { join } from 'node:path';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { createClient } from 'redis';
 import { createOncely, type OncelyOptions } from '../src/engine/engine.js';
+import { mysqlStore } from '../src/mysql/index.js';
 import { postgresStore } from '../src/postgres/index.js';
 import { redisStore } from '../src/redis/index.js';
 import { sqliteStore } from '../src/sqlite/index.js';
 import type { RecordStore } from '../src/store.js';
 import type { Operation } from './harness.js';
-import { ACTION, dropPrefix, dropSchema, PG_URL, REDIS_URL, TENANT } from './setup.js';
+import { ACTION, dropPrefix, dropSchema, MYSQL_URL, PG_URL, REDIS_URL, TENANT } from './setup.js';
 
 /** The workload on one store: first executions of new keys, replays of keys already done. */
 export interface Subject {
@@ -59,6 +61,22 @@ export function postgresSubject(schema: string, observed: Observed = {}): Promis
         await dropSchema(client, schema);
       } finally {
         await client.end();
+      }
+    },
+    observed,
+  );
+}
+
+/** The MySQL store in a fresh database (it creates it), dropped afterwards. */
+export function mysqlSubject(database: string, observed: Observed = {}): Promise<Subject> {
+  return subject(
+    mysqlStore({ uri: MYSQL_URL, database }),
+    async () => {
+      const connection = await mysql.createConnection(MYSQL_URL);
+      try {
+        await connection.query(`DROP DATABASE IF EXISTS \`${database}\``);
+      } finally {
+        await connection.end();
       }
     },
     observed,

@@ -1,14 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { createClient } from 'redis';
+import { names as mysqlNames, recordSteps as mysqlRecordSteps } from '../src/mysql/sql.js';
 import { names as pgNames, recordMigrations as pgRecordMigrations } from '../src/postgres/sql.js';
 import { RECORD_MIGRATIONS as SQLITE_MIGRATIONS } from '../src/sqlite/sql.js';
 import type { Operation } from './harness.js';
 import {
   dropPrefix,
   dropSchema,
+  MYSQL_POOL_MAX,
+  MYSQL_URL,
   NODE_REDIS_OPTIONS,
   PG_POOL_MAX,
   PG_URL,
@@ -117,6 +121,49 @@ export async function postgresFloor(schema: string): Promise<Floor> {
     },
     async close() {
       await dropSchema(pool, schema);
+      await pool.end();
+    },
+  };
+}
+
+/**
+ * MySQL/MariaDB: a mysql2 pool as large and as configured as the store's, the store's table in a
+ * scratch database; the claim is the store's insert-if-absent (ON DUPLICATE KEY with a no-op).
+ */
+export async function mysqlFloor(database: string): Promise<Floor> {
+  const pool = mysql.createPool({ uri: MYSQL_URL, connectionLimit: MYSQL_POOL_MAX, charset: 'utf8mb4' });
+  const n = mysqlNames(database, 'oncely_records');
+  await pool.query(`CREATE DATABASE \`${database}\``);
+  for (const step of mysqlRecordSteps(n)) for (const statement of step.statements) await pool.query(statement);
+  const insert = `INSERT INTO ${n.records} (tenant, action, \`key\`, state, fingerprint, fence, attempts, lease_until,
+    result, trace_id, created_at, updated_at, completed_at, expires_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE fence = fence`;
+  const update = `UPDATE ${n.records} SET state = ?, result = ?, lease_until = NULL, completed_at = ?,
+    updated_at = ?, expires_at = ? WHERE tenant = ? AND action = ? AND \`key\` = ?`;
+  return {
+    async op(i) {
+      const r = claimRow(i);
+      await pool.query(insert, [
+        r.tenant,
+        r.action,
+        r.key,
+        r.state,
+        r.fingerprint,
+        r.fence,
+        r.attempts,
+        r.leaseUntil,
+        r.result,
+        r.traceId,
+        r.createdAt,
+        r.updatedAt,
+        r.completedAt,
+        r.expiresAt,
+      ]);
+      const now = Date.now();
+      await pool.query(update, ['succeeded', resultOf(i), now, now, now + TTL_MS, r.tenant, r.action, r.key]);
+    },
+    async close() {
+      await pool.query(`DROP DATABASE IF EXISTS \`${database}\``);
       await pool.end();
     },
   };

@@ -1,5 +1,5 @@
 /**
- * `npm run bench`: oncely on SQLite, PostgreSQL and Redis against the floor of each store (the two
+ * `npm run bench`: oncely on SQLite, PostgreSQL, MySQL and Redis against the floor of each store (the two
  * bare statements an operation needs) and against Powertools idempotency on Redis, measured in
  * the same run, at concurrency 32. Prints a markdown table; `--json` prints JSON instead.
  *
@@ -23,8 +23,8 @@
  */
 import { writeFileSync } from 'node:fs';
 import { type BrokersResult, brokersReport, runBrokers } from './brokers.js';
-import { postgresSubject, redisSubject, type Subject, sqliteSubject } from './engine.js';
-import { type Floor, nodeRedisFloor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
+import { mysqlSubject, postgresSubject, redisSubject, type Subject, sqliteSubject } from './engine.js';
+import { type Floor, mysqlFloor, nodeRedisFloor, postgresFloor, redisFloor, sqliteFloor } from './floors.js';
 import { type FlowsResult, flowsReport, runFlows } from './flows.js';
 import {
   type Budget,
@@ -168,6 +168,12 @@ async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }>
       subjects: [{ name: 'oncely postgres', open: () => postgresSubject(`bench_oncely_${id}`) }],
     },
     {
+      store: 'mysql',
+      n: 50_000,
+      floor: () => mysqlFloor(`bench_floor_${id}`),
+      subjects: [{ name: 'oncely mysql', open: () => mysqlSubject(`bench_oncely_${id}`) }],
+    },
+    {
       store: 'redis',
       n: 150_000,
       floor: () => redisFloor(`oncely-bench:${id}:floor:`),
@@ -277,7 +283,8 @@ function engineReport(results: Result[], memory: MemoryResult): { lines: string[
     const firstFloor: Check = {
       ratio: r.first.opsPerSec / (floor ?? Number.NaN),
       min: 1,
-      goal: r.store.includes('postgres') ? 2.5 : undefined,
+      // The coalescing SQL stores aim past the floor: PostgreSQL 2.5x, MySQL 2x (issue 22).
+      goal: r.store.includes('postgres') ? 2.5 : r.store.includes('mysql') ? 2 : undefined,
     };
     const replayFirst: Check = { ratio: r.replay.opsPerSec / r.first.opsPerSec, min: 2 };
     checks.push({ name: 'first/floor', store: r.store, ...firstFloor });

@@ -9,6 +9,7 @@ import { ownedClientOptions, recordKey as storeRecordKey } from '../src/redis/st
 /** Where the services are; the environment overrides the local defaults. */
 export const PG_URL = process.env.PG_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+export const MYSQL_URL = process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
 
 /**
  * An ioredis client made as `redisStore({ url })` makes its own (the options are imported from
@@ -36,6 +37,9 @@ export const NODE_REDIS_OPTIONS = {
 
 /** The pool size `postgresStore({ connectionString })` opens (see openPool in src/postgres/store.ts). */
 export const PG_POOL_MAX = 10;
+
+/** The pool size `mysqlStore({ uri })` opens (see openPool in src/mysql/store.ts). */
+export const MYSQL_POOL_MAX = 10;
 
 /** Tenant and action of every benchmark record. */
 export const TENANT = 'bench';
