@@ -86,16 +86,19 @@ describe('redis cluster specifics', () => {
   });
 
   it('fails a write no replica acknowledged with STORE_UNAVAILABLE, and never runs the function', async () => {
-    const once = await createOncely({
-      store: redisStore({ cluster: cluster.nodes, prefix: `${prefix}two:`, replicas: 2, timeoutMs: 400 }),
-    });
-    let runs = 0;
-    // Each master has one replica: two can never acknowledge.
-    await expect(once.run({ action: 'a', key: 'k' }, async () => runs++)).rejects.toMatchObject({
-      code: 'STORE_UNAVAILABLE',
-    });
-    expect(runs).toBe(0);
-    await once.close();
+    // Each master has one replica: two can never acknowledge. Both ways of giving the cluster.
+    for (const store of [
+      redisStore({ cluster: cluster.nodes, prefix: `${prefix}two:`, replicas: 2, timeoutMs: 400 }),
+      redisStore({ client, prefix: `${prefix}two-client:`, replicas: 2, timeoutMs: 400 }),
+    ]) {
+      const once = await createOncely({ store });
+      let runs = 0;
+      await expect(once.run({ action: 'a', key: 'k' }, async () => runs++)).rejects.toMatchObject({
+        code: 'STORE_UNAVAILABLE',
+      });
+      expect(runs).toBe(0);
+      await once.close();
+    }
   });
 
   it('reindexes every shard', async () => {
