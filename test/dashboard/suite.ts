@@ -153,6 +153,11 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(samples.length).toBeGreaterThanOrEqual(1);
       expect(samples[0].at % 60_000).toBe(0);
       await shot('overview');
+      // The keyboard's first stop is the skip link, then the pages.
+      await page.keyboard.press('Tab');
+      expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Skip to the content');
+      await page.keyboard.press('Tab');
+      expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Overview');
       // Live: a new order shows up without a reload.
       const before = Number(await text('[data-count="records.succeeded"]'));
       await post(serve.base, '/v1/invoke/orders.create', { orderId: 'ORD-LIVE', sku: 'TEA-1' });
@@ -171,7 +176,9 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       await page.getByRole('button', { name: 'Apply' }).click();
       const link = page.getByRole('link', { name: new RegExp(CHARGE_KEY) });
       await link.waitFor();
-      expect(await page.locator('[data-testid=records] tbody tr').count()).toBe(1);
+      // Drawn again with the filter: the one unknown record alone.
+      await page.waitForFunction(() => location.hash.includes('state=unknown'));
+      await page.waitForFunction(() => document.querySelectorAll('[data-testid=records] tbody tr').length === 1);
       // Every control has a label.
       for (const control of await page.locator('main input, main select').all())
         expect(await control.evaluate((el) => (el as HTMLInputElement).labels?.length ?? 0)).toBeGreaterThan(0);
@@ -210,6 +217,11 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       const settled = await text('main');
       expect(settled).toContain('admin:token:ada');
       expect(settled).toContain('"chargeId": "ch_settled_by_ada"');
+      // The list says who settled it.
+      await page.goto(`${serve.base}/oncely/#records?action=${encodeURIComponent('POST pay.charge')}`);
+      const listed = page.locator('[data-testid=records] tbody tr', { hasText: CHARGE_KEY });
+      await listed.waitFor();
+      expect(await listed.innerText()).toContain('admin:token:ada (value)');
     });
 
     it('events: the dead letter with its last error and attempts; replayed from the page, applied once', async () => {
@@ -288,6 +300,12 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
         [pending?.id],
       );
       expect(decided).toEqual({ status: 'approved', decided_by: 'admin:token:ada' });
+      // Every change made from the pages is in the audit the overview lists, with who made it.
+      await page.goto(`${serve.base}/oncely/#overview`);
+      await page.locator('[data-testid=audit] tbody tr', { hasText: 'approvals.approve' }).waitFor();
+      const audit = await text('[data-testid=audit]');
+      for (const action of ['records.resolve', 'events.replay', 'flows.retry', 'approvals.approve'])
+        expect(audit, audit).toMatch(new RegExp(`token:ada\\s+${action.replace('.', '\\.')}\\s+\\S+\\s+done`));
       expect(side.sent).toEqual([]);
       const sends = [
         await side.agent.call('notifyCustomer', side.args),

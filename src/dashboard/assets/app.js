@@ -191,11 +191,12 @@ function counts(title, values, prefix) {
 }
 
 async function overview() {
-  const [stats, counted, hour, day] = await Promise.all([
+  const [stats, counted, hour, day, audit] = await Promise.all([
     api('/stats'),
     api('/overview'),
     api('/series?window=1h'),
     api('/series?window=24h'),
+    api('/audit?limit=10'),
   ]);
   const cards = RATES.map(([name, label]) => {
     const { value, target } = stats.rates[name];
@@ -226,6 +227,14 @@ async function overview() {
       counts('Events by status', counted.events, 'events'),
       counts('Flows by status', counted.flows, 'flows'),
       counts('Approvals by status', counted.approvals, 'approvals'),
+    ),
+    table(
+      'Recent admin actions',
+      ['When', 'Who', 'Action', 'Target', 'Outcome'],
+      audit.actions.map((a) =>
+        row(when(a.at), a.operator ? `${a.who}:${a.operator}` : a.who, a.action, a.target, a.outcome),
+      ),
+      'audit',
     ),
   ];
 }
@@ -280,12 +289,13 @@ async function records(params) {
     ]),
     table(
       'Records, newest first',
-      ['Record', 'State', 'Attempts', 'Updated'],
+      ['Record', 'State', 'Attempts', 'Settled by', 'Updated'],
       page.records.map((r) =>
         row(
           h('a', { href: `#record/${encodeURIComponent(r.ref)}`, text: `${r.tenant} / ${r.action} / ${r.key}` }),
           r.state,
           String(r.attempts),
+          r.settlement ? `${r.settlement.by} (${r.settlement.answer})` : null,
           when(r.updatedAt),
         ),
       ),
