@@ -1,4 +1,5 @@
 import type { AnyErrorCode } from '../core/errors.js';
+import type { Approval } from './approvals.js';
 
 /**
  * What a model learns from a call. `already_sent` means the effect happened on an earlier call:
@@ -45,4 +46,41 @@ const NEXT: Record<DeliveryState, NextAction> = {
 /** The next action that goes with a delivery state (a transient failure may override it to 'wait'). */
 export function nextActionOf(state: DeliveryState): NextAction {
   return NEXT[state];
+}
+
+/** An envelope of a delivery state, its ids and a line for the model. */
+export function envelopeOf(
+  state: DeliveryState,
+  requestId: string,
+  ids: { key: string | null; actionId: string | null },
+  traceId: string | null,
+  message: string,
+): ToolEnvelope {
+  return {
+    success: state === 'sent' || state === 'already_sent' || state === 'read',
+    data: null,
+    deliveryState: state,
+    idempotencyKey: ids.key,
+    actionId: ids.actionId,
+    firstExecutedAt: null,
+    traceId,
+    requestId,
+    nextAction: nextActionOf(state),
+    message,
+  };
+}
+
+/** The envelope of a call that failed with `code`. */
+export function failedEnvelope(
+  requestId: string,
+  code: AnyErrorCode,
+  message: string,
+  ids: { key: string | null; actionId: string | null } = { key: null, actionId: null },
+): ToolEnvelope {
+  return { ...envelopeOf('failed', requestId, ids, null, message), error: { code, message } };
+}
+
+/** The envelope with the approval it is about. */
+export function withApproval(result: ToolEnvelope, approval: Approval): ToolEnvelope {
+  return { ...result, approvalId: approval.id };
 }

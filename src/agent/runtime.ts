@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { type Duration, toMs } from '../core/duration.js';
-import { type AnyErrorCode, InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { stableUuid } from '../core/ids.js';
 import { keyFrom, validateId, validateKey } from '../core/key.js';
@@ -17,7 +17,7 @@ import {
   requestApproval,
 } from './approvals.js';
 import { Credits } from './credits.js';
-import { type DeliveryState, nextActionOf, type ToolEnvelope } from './envelope.js';
+import { type DeliveryState, envelopeOf, failedEnvelope, type ToolEnvelope, withApproval } from './envelope.js';
 import { migrateAgentTables } from './tables.js';
 import type { AnyTool, EffectTool, ReadTool } from './tool.js';
 
@@ -126,12 +126,12 @@ export class AgentRuntime {
     options: CallOptions,
   ): Promise<ToolEnvelope> {
     const tool = this.tools.get(name);
-    if (!tool) return failed(requestId, 'TOOL_UNKNOWN', `there is no tool named ${name}`);
+    if (!tool) return failedEnvelope(requestId, 'TOOL_UNKNOWN', `there is no tool named ${name}`);
     track.tool = tool.name;
     const checked = await tool.input['~standard'].validate(raw);
     const tenant = options.tenant ?? this.tenant;
     if (checked.issues)
-      return failed(
+      return failedEnvelope(
         requestId,
         'INPUT_INVALID',
         `fix the input and call again: ${checked.issues.map((i) => `${(i.path ?? []).join('.')} ${i.message}`.trim()).join('; ')}`,
@@ -145,7 +145,7 @@ export class AgentRuntime {
           ? keyFrom(tool.name, validateKey(options.key))
           : keyFrom(tool.name, ...keyParts(tool, input));
     } catch (error) {
-      return failed(
+      return failedEnvelope(
         requestId,
         (error as OncelyError).code ?? 'KEY_INVALID',
         `${(error as Error).message}; the key fields are ${tool.idempotency.keyFields.join(', ')}`,
@@ -176,7 +176,7 @@ export class AgentRuntime {
       }
       if (approval.contentHash !== fingerprint(preview))
         return withApproval(
-          failed(
+          failedEnvelope(
             requestId,
             'APPROVAL_CONTENT_CHANGED',
             'this intent is awaiting approval of other content; the approved content is the only one that can be sent',
@@ -204,10 +204,10 @@ export class AgentRuntime {
 
   private async approveTool(track: Tracked, requestId: string, approvalId: string, by: Decider): Promise<ToolEnvelope> {
     const { approval, decided } = await decideApproval(this.options.db, approvalId, 'approved', by.approver, null);
-    if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
+    if (!approval) return failedEnvelope(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
     const tool = this.tools.get(approval.tool);
     if (!tool || tool.readOnly)
-      return failed(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
+      return failedEnvelope(requestId, 'TOOL_UNKNOWN', `approval ${approvalId} is for unknown tool ${approval.tool}`);
     track.tool = tool.name;
     if (decided) this.countApproval(tool.name, decided);
     if (approval.status !== 'approved')
@@ -238,7 +238,7 @@ export class AgentRuntime {
         by.approver,
         by.reason ?? null,
       );
-      if (!approval) return failed(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
+      if (!approval) return failedEnvelope(requestId, 'APPROVAL_UNKNOWN', `no approval ${approvalId}`);
       // A label only for tools this runtime declares: a stored name is not a bounded label value otherwise.
       if (this.tools.has(approval.tool)) track.tool = approval.tool;
       if (decided) this.countApproval(track.tool, decided);
@@ -260,7 +260,7 @@ export class AgentRuntime {
     const base = { key, actionId };
     if (approval.status === 'pending')
       return withApproval(
-        envelope(
+        envelopeOf(
           'pending_approval',
           requestId,
           base,
@@ -270,14 +270,14 @@ export class AgentRuntime {
         approval,
       );
     if (approval.status === 'approved')
-      return withApproval(envelope('unknown', requestId, base, null, 'approved; execution is under way'), approval);
+      return withApproval(envelopeOf('unknown', requestId, base, null, 'approved; execution is under way'), approval);
     const why =
       approval.status === 'expired'
         ? 'the approval expired'
         : `rejected by ${approval.decidedBy}${approval.reason ? `: ${approval.reason}` : ''}`;
     return withApproval(
       {
-        ...envelope('rejected', requestId, base, null, `${why}; do not send`),
+        ...envelopeOf('rejected', requestId, base, null, `${why}; do not send`),
         error: { code: approval.status === 'expired' ? 'APPROVAL_EXPIRED' : 'REJECTED', message: why },
       },
       approval,
@@ -337,15 +337,34 @@ export class AgentRuntime {
     const base = { key: null, actionId: null };
     try {
       const data = await tool.execute(input as never, { tenant, traceId, requestId });
-      return { ...envelope('read', requestId, base, traceId, 'read; nothing changed'), data };
+      return { ...envelopeOf('read', requestId, base, traceId, 'read; nothing changed'), data };
     } catch (error) {
       const code = (error as { code?: unknown }).code;
       const text = error instanceof Error ? error.message : String(error);
       return {
-        ...envelope('failed', requestId, base, traceId, `failed: ${text}`),
+        ...envelopeOf('failed', requestId, base, traceId, `failed: ${text}`),
         error: { code: typeof code === 'string' ? code : 'TOOL_FAILED', message: text },
       };
     }
+  }
+
+  /** The answer for an action charged before whose result is gone with its expired record. */
+  private async chargedEarlier(
+    base: { key: string; actionId: string },
+    requestId: string,
+    actionId: string,
+    traceId: string | null,
+  ): Promise<ToolEnvelope> {
+    return {
+      ...envelopeOf(
+        'already_sent',
+        requestId,
+        base,
+        traceId,
+        'already sent and charged earlier; its result is no longer kept; do not send again',
+      ),
+      firstExecutedAt: await this.credits.chargedAt(actionId),
+    };
   }
 
   private async execute(
@@ -362,6 +381,13 @@ export class AgentRuntime {
     const base = { key, actionId };
     // The intent's trace id as this call learns it: the record's, from the run or the error about it.
     let traceId: string | null = null;
+    // A charged action whose record expired answers at once, rather than every caller claiming the
+    // key in turn only to find the charge (the check inside the run stays the one that decides).
+    if (tool.cost && (await this.credits.chargedAt(actionId)) !== null) {
+      const record = await this.options.once.get(toolAction(tool.name), key, { tenant });
+      if (record?.state !== 'succeeded' || (record.expiresAt !== null && record.expiresAt <= Date.now()))
+        return this.chargedEarlier(base, requestId, actionId, ids.traceId ?? record?.traceId ?? null);
+    }
     try {
       const result = await this.options.once.run(
         {
@@ -413,7 +439,7 @@ export class AgentRuntime {
       const state: DeliveryState = result.replayed ? 'already_sent' : 'sent';
       const message = result.replayed ? 'already sent earlier: this is the first result; do not send again' : 'sent';
       return {
-        ...envelope(state, requestId, base, result.record.traceId, message),
+        ...envelopeOf(state, requestId, base, result.record.traceId, message),
         success: true,
         data: result.value,
         firstExecutedAt: result.record.completedAt,
@@ -422,32 +448,22 @@ export class AgentRuntime {
       const code = (error as { code?: unknown }).code;
       const text = error instanceof Error ? error.message : String(error);
       traceId = (error as { record?: { traceId?: string } }).record?.traceId ?? traceId;
-      if (code === 'ACTION_CHARGED')
-        return {
-          ...envelope(
-            'already_sent',
-            requestId,
-            base,
-            traceId,
-            'already sent and charged earlier; its result is no longer kept; do not send again',
-          ),
-          firstExecutedAt: await this.credits.chargedAt(actionId),
-        };
+      if (code === 'ACTION_CHARGED') return this.chargedEarlier(base, requestId, actionId, traceId);
       if (code === 'OUTCOME_UNKNOWN' || code === 'IN_PROGRESS' || code === 'LEASE_LOST')
         return {
-          ...envelope('unknown', requestId, base, traceId, 'the outcome is not known yet; do not send again, wait'),
+          ...envelopeOf('unknown', requestId, base, traceId, 'the outcome is not known yet; do not send again, wait'),
           nextAction: 'wait',
           error: { code, message: text },
         };
       if (code === 'STORE_UNAVAILABLE')
         return {
-          ...envelope('failed', requestId, base, traceId, 'nothing was sent; try again later'),
+          ...envelopeOf('failed', requestId, base, traceId, 'nothing was sent; try again later'),
           nextAction: 'wait',
           error: { code, message: text },
         };
       const stable = typeof code === 'string' ? code : 'TOOL_FAILED';
       return {
-        ...envelope('failed', requestId, base, traceId, `failed: ${text}`),
+        ...envelopeOf('failed', requestId, base, traceId, `failed: ${text}`),
         error: { code: stable, message: text },
       };
     }
@@ -477,38 +493,4 @@ function keyParts(tool: EffectTool, input: Record<string, unknown>): (string | n
     if (typeof value === 'string' || typeof value === 'number') return value;
     throw new OncelyError('KEY_REQUIRED', `key field ${field} is missing`);
   });
-}
-
-function envelope(
-  state: DeliveryState,
-  requestId: string,
-  ids: { key: string | null; actionId: string | null },
-  traceId: string | null,
-  message: string,
-): ToolEnvelope {
-  return {
-    success: state === 'sent' || state === 'already_sent' || state === 'read',
-    data: null,
-    deliveryState: state,
-    idempotencyKey: ids.key,
-    actionId: ids.actionId,
-    firstExecutedAt: null,
-    traceId,
-    requestId,
-    nextAction: nextActionOf(state),
-    message,
-  };
-}
-
-function failed(
-  requestId: string,
-  code: AnyErrorCode,
-  message: string,
-  ids: { key: string | null; actionId: string | null } = { key: null, actionId: null },
-): ToolEnvelope {
-  return { ...envelope('failed', requestId, ids, null, message), error: { code, message } };
-}
-
-function withApproval(result: ToolEnvelope, approval: Approval): ToolEnvelope {
-  return { ...result, approvalId: approval.id };
 }

@@ -2,7 +2,9 @@
  * The issue's proof across processes, on SQLite and PostgreSQL: 4 processes x 25 concurrent calls
  * of one intent execute once and charge one credit; a process killed with SIGKILL after the send
  * and before the record is taken over after its lease, the retry carries the same key downstream,
- * and the dead process's reservation is reused, never doubled nor leaked.
+ * and the dead process's reservation is reused, never doubled nor leaked. The charge invariant
+ * with a finite-TTL tool: after its record expired, 4 x 25 calls of the same action neither run
+ * nor charge again, across processes and after a SIGKILL.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
@@ -13,7 +15,18 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker as start } from '../support/spawn.js';
-import { type Backend, createSink, type Job, NOTICE, openAgent } from './support/agent-worker.js';
+import {
+  type Backend,
+  createSink,
+  DIGEST,
+  DIGEST_TTL_MS,
+  type Job,
+  NOTICE,
+  openAgent,
+  type ToolName,
+} from './support/agent-worker.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const WORKER = fileURLToPath(new URL('./support/agent-worker.ts', import.meta.url));
 const KEY = 'sendReviewNotice:T-9:u-7:review:2';
@@ -71,28 +84,32 @@ function describeProcesses(name: string, backend: () => Backend, cleanup?: () =>
       return { ...opened, tenant, reserved };
     }
 
+    /** 4 processes, each making 25 concurrent calls of one tool and input, started together. */
+    async function burst(job: { tenant: string; sink: string; tool?: ToolName; input?: Record<string, unknown> }) {
+      const workers = Array.from({ length: 4 }, () => startWorker({ mode: 'burst', backend: spec, calls: 25, ...job }));
+      await Promise.all(workers.map((w) => w.waitFor('ready')));
+      for (const w of workers) w.child.stdin.write('go\n');
+      const results = (
+        await Promise.all(
+          workers.map(
+            async (w) =>
+              JSON.parse(await w.waitFor('[')) as {
+                deliveryState: string;
+                actionId: string;
+                error: string | null;
+              }[],
+          ),
+        )
+      ).flat();
+      await Promise.all(workers.map((w) => w.exited));
+      return results;
+    }
+
     it('4 processes x 25 concurrent calls of one intent: one execution, one credit, the rest already_sent', async () => {
       const sink = makeSink();
       const { agent, tenant, reserved, close } = await local(sink.path, 10);
       try {
-        const workers = Array.from({ length: 4 }, () =>
-          startWorker({ mode: 'burst', backend: spec, tenant, sink: sink.path, calls: 25 }),
-        );
-        await Promise.all(workers.map((w) => w.waitFor('ready')));
-        for (const w of workers) w.child.stdin.write('go\n');
-        const results = (
-          await Promise.all(
-            workers.map(
-              async (w) =>
-                JSON.parse(await w.waitFor('[')) as {
-                  deliveryState: string;
-                  actionId: string;
-                  error: string | null;
-                }[],
-            ),
-          )
-        ).flat();
-        await Promise.all(workers.map((w) => w.exited));
+        const results = await burst({ tenant, sink: sink.path });
         expect(results).toHaveLength(100);
         const states = results.map((r) => r.deliveryState);
         expect(states.filter((s) => s === 'sent')).toHaveLength(1);
@@ -111,11 +128,12 @@ function describeProcesses(name: string, backend: () => Backend, cleanup?: () =>
       }
     });
 
-    async function crashAfterSend(options: { reservationTtl?: number } = {}) {
+    async function crashAfterSend(options: { reservationTtl?: number; tool?: ToolName } = {}) {
       const sink = makeSink();
       const opened = await local(sink.path, 10);
       const worker = startWorker({
         mode: 'hang',
+        tool: options.tool,
         backend: spec,
         tenant: opened.tenant,
         sink: sink.path,
@@ -183,6 +201,51 @@ function describeProcesses(name: string, backend: () => Backend, cleanup?: () =>
         expect(await agent.credits.balance(tenant)).toBe(9);
         expect(await agent.credits.reservation(retried.actionId as string)).toMatchObject({ status: 'confirmed' });
         expect(await reserved()).toBe(0);
+      } finally {
+        await close();
+      }
+    });
+
+    // The charge invariant with a finite TTL: the record expires, the action's charge does not.
+    it('a finite-TTL tool: after its record expired, 4 x 25 calls of the action neither run nor charge again; a new run id charges once', async () => {
+      const sink = makeSink();
+      const { agent, tenant, reserved, close } = await local(sink.path, 10);
+      try {
+        const first = await agent.call('sendDigest', DIGEST);
+        expect(first.deliveryState).toBe('sent');
+        expect(await agent.credits.balance(tenant)).toBe(9);
+        await sleep(DIGEST_TTL_MS + 300);
+        // Expired: every process may claim the key again, and each finds the action charged.
+        const after = await burst({ tenant, sink: sink.path, tool: 'sendDigest' });
+        expect(after.map((r) => r.deliveryState)).toEqual(Array(100).fill('already_sent'));
+        expect(new Set(after.map((r) => r.actionId))).toEqual(new Set([first.actionId]));
+        expect(sink.deliveries()).toHaveLength(1);
+        expect(await agent.credits.balance(tenant)).toBe(9);
+        // Another run is another action: one execution, one more credit.
+        const next = await agent.call('sendDigest', { ...DIGEST, runId: 'run-2' });
+        expect(next).toMatchObject({ deliveryState: 'sent' });
+        expect(next.actionId).not.toBe(first.actionId);
+        expect(sink.deliveries()).toHaveLength(2);
+        expect(await agent.credits.balance(tenant)).toBe(8);
+        expect(await reserved()).toBe(0);
+      } finally {
+        await close();
+      }
+    });
+
+    it('SIGKILL after the send of a finite-TTL tool: the takeover charges once; after expiry the action is not charged again', async () => {
+      const { sink, agent, tenant, reserved, close } = await crashAfterSend({ tool: 'sendDigest' });
+      try {
+        const retried = await agent.call('sendDigest', DIGEST);
+        expect(retried).toMatchObject({ deliveryState: 'sent', data: { attempt: 2 } });
+        expect(sink.deliveries().map((d) => d.attempt)).toEqual([1, 2]);
+        expect(await agent.credits.balance(tenant)).toBe(9);
+        expect(await reserved()).toBe(0);
+        await sleep(DIGEST_TTL_MS + 300);
+        const later = await agent.call('sendDigest', DIGEST);
+        expect(later).toMatchObject({ deliveryState: 'already_sent', actionId: retried.actionId, data: null });
+        expect(sink.deliveries()).toHaveLength(2);
+        expect(await agent.credits.balance(tenant)).toBe(9);
       } finally {
         await close();
       }

@@ -471,6 +471,20 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
         expect(await agent.credits.balance(tenant)).toBe(3);
       });
 
+      it('a confirmed action is charged for good: reserving it again, even after its reservation row is gone, is charged', async () => {
+        const { agent, tenant } = await runtime([], 5);
+        const action = `charged-${tenants}`;
+        expect(await agent.credits.reserve(tenant, 2, action, Date.now() + 60_000)).toBe('reserved');
+        expect(await agent.credits.reserve(tenant, 2, action, Date.now() + 60_000)).toBe('held');
+        await agent.credits.confirm(action);
+        expect(await agent.credits.chargedAt(action)).toEqual(expect.any(Number));
+        expect(await agent.credits.reserve(tenant, 2, action, Date.now() + 60_000)).toBe('charged');
+        await backend.db.run('DELETE FROM oncely_credit_reservations WHERE action_id = ?', [action]);
+        expect(await agent.credits.reserve(tenant, 2, action, Date.now() + 60_000)).toBe('charged');
+        expect(await agent.credits.reservation(action)).toBeNull();
+        expect(await agent.credits.balance(tenant)).toBe(3);
+      });
+
       it('reserving an action twice holds its credits once; BUDGET_EXCEEDED leaves no reservation', async () => {
         const { agent, tenant } = await runtime([], 2);
         const action = `twice-${tenants}`;

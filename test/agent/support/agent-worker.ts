@@ -6,10 +6,12 @@
  *   and prints a JSON line of the envelopes' states.
  * - hang: calls the tool once; its execute sends the e-mail downstream, prints "sent" and never
  *   returns, so the test can kill the process after the send and before the record is written.
+ * Both call `tool` (the permanent sendReviewNotice, or the finite-TTL sendDigest) with `input`.
  */
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import Database from 'better-sqlite3';
+import { z } from 'zod';
 import { reviewNotice } from '../../../examples/agent/tools.js';
 import { type AgentRuntime, createAgentRuntime, defineTool } from '../../../src/agent/index.js';
 import { openDb } from '../../../src/db/index.js';
@@ -23,6 +25,10 @@ export type Backend = { kind: 'sqlite'; path: string } | { kind: 'postgres'; url
 
 export interface Job {
   mode: 'burst' | 'hang';
+  /** The tool called: the permanent sendReviewNotice (default) or the finite-TTL sendDigest. */
+  tool?: ToolName;
+  /** Its input; default the tool's own (NOTICE, DIGEST). */
+  input?: Record<string, unknown>;
   backend: Backend;
   tenant: string;
   /** SQLite file of the downstream mailer. */
@@ -49,7 +55,7 @@ export async function openAgent(
     db,
     tenant: options.tenant,
     reservationTtl: options.reservationTtl,
-    tools: [reviewNoticeTool(options.sink, options.hang)],
+    tools: [reviewNoticeTool(options.sink, options.hang), digestTool(options.sink, options.hang)],
   });
   return {
     agent,
@@ -100,6 +106,39 @@ export function reviewNoticeTool(sink: string, hang?: () => Promise<void>) {
   });
 }
 
+/** How long a digest's record answers duplicates: long enough for a burst, short enough to expire in a test. */
+export const DIGEST_TTL_MS = 2000;
+
+/**
+ * A finite-TTL tool with a cost: a task's digest to one recipient, one per run. Its record expires
+ * after DIGEST_TTL_MS; the run id makes a later run a new action, charged anew, while the same run
+ * id again is the same action, charged once ever.
+ */
+export function digestTool(sink: string, hang?: () => Promise<void>) {
+  return defineTool({
+    name: 'sendDigest',
+    description: "Sends the digest of a task's run to one recipient.",
+    input: z.object({ taskId: z.string(), recipientId: z.string(), runId: z.string(), body: z.string() }),
+    idempotency: {
+      keyFields: ['taskId', 'recipientId'],
+      fingerprintFields: ['taskId', 'recipientId', 'runId'],
+      actionFields: ['runId'],
+      ttl: `${DIGEST_TTL_MS}ms`,
+    },
+    cost: { credits: 1, account: (ctx) => ctx.tenant },
+    execute: async (input, ctx) => {
+      deliver(sink, `${ctx.idempotencyKey}:${input.runId}`, input.recipientId, input.body, ctx.attempt);
+      if (hang) await hang();
+      else await new Promise((r) => setTimeout(r, 300));
+      return { to: input.recipientId, by: process.pid, attempt: ctx.attempt };
+    },
+  });
+}
+
+export type ToolName = 'sendReviewNotice' | 'sendDigest';
+
+export const DIGEST = { taskId: 'T-9', recipientId: 'u-7', runId: 'run-1', body: 'Digest of T-9, run 1.' };
+
 export const NOTICE = {
   taskId: 'T-9',
   recipientId: 'u-7',
@@ -107,6 +146,8 @@ export const NOTICE = {
   entityVersion: 2,
   body: 'Task T-9 v2 is ready for your review.',
 };
+
+const INPUTS: Record<ToolName, Record<string, unknown>> = { sendReviewNotice: NOTICE, sendDigest: DIGEST };
 
 async function main(job: Job): Promise<void> {
   if (job.mode === 'hang') {
@@ -117,7 +158,7 @@ async function main(job: Job): Promise<void> {
         await new Promise(() => {});
       },
     });
-    await agent.call('sendReviewNotice', NOTICE);
+    await agent.call(job.tool ?? 'sendReviewNotice', job.input ?? INPUTS[job.tool ?? 'sendReviewNotice']);
     return;
   }
   const { agent, close } = await openAgent(job.backend, job);
@@ -126,7 +167,9 @@ async function main(job: Job): Promise<void> {
   await new Promise<void>((resolve) => lines.once('line', () => resolve()));
   lines.close();
   const results = await Promise.all(
-    Array.from({ length: job.calls ?? 25 }, () => agent.call('sendReviewNotice', NOTICE)),
+    Array.from({ length: job.calls ?? 25 }, () =>
+      agent.call(job.tool ?? 'sendReviewNotice', job.input ?? INPUTS[job.tool ?? 'sendReviewNotice']),
+    ),
   );
   console.log(
     JSON.stringify(
