@@ -23,6 +23,8 @@ declare module 'autocannon' {
       connections?: number;
       pipelining?: number;
       duration?: number;
+      /** Requests per second over all connections (open loop). */
+      overallRate?: number;
       amount?: number;
       timeout?: number;
       requests?: RequestSpec[];

@@ -43,6 +43,12 @@ export interface LoadOptions {
   book: KeyBook;
   /** Whether replays say so in Idempotent-Replayed (oncely does; the peers do not). */
   marksReplays?: boolean;
+  /**
+   * Open loop: requests started at this rate (per second, over all connections) whatever the
+   * answers, so they arrive one at a time as a public API's do; without it, each connection sends
+   * its next request when the last is answered (closed loop).
+   */
+  rate?: number;
 }
 
 const BODY = JSON.stringify({ item: 'tea', amount: 3 });
@@ -61,7 +67,7 @@ function header(headers: Record<string, string | string[]>, name: string): strin
 }
 
 export async function drive(options: LoadOptions): Promise<LoadResult> {
-  const { port, mode, seconds, connections, book, marksReplays = true } = options;
+  const { port, mode, seconds, connections, book, marksReplays = true, rate } = options;
   if (mode === 'replay' && book.keys.length === 0) throw new Error('replay needs keys answered before');
   let responses = 0;
   let bad = 0;
@@ -79,6 +85,7 @@ export async function drive(options: LoadOptions): Promise<LoadResult> {
     connections,
     pipelining: 1,
     duration: seconds,
+    ...(rate === undefined ? {} : { overallRate: rate }),
     requests: [
       {
         method: 'POST',

@@ -80,10 +80,17 @@ export function httpReport({ results, peers }: HttpRun): HttpReport {
       formatAtMost(ownReplay, replayLimit),
       us(r.unique.redisCpu),
       us(r.replay.redisCpu),
+      r.open ? `${formatOps(r.open.reqPerSec)} req/s: ${us(r.open.serverCpu)}, Redis ${us(r.open.redisCpu)}` : '—',
     ];
   });
   const cpuHeader = ['framework', 'store', 'bare', 'unique', 'replay', 'cached replay', 'engine run'];
-  cpuHeader.push('own, new key: unique − bare − engine', 'own, replay: replay − bare', 'Redis: unique', 'replay');
+  cpuHeader.push(
+    'own, new key: unique − bare − engine',
+    'own, replay: replay − bare',
+    'Redis: unique',
+    'replay',
+    'open loop, new keys',
+  );
   const lines = [
     `HTTP: POST /orders, autocannon ${CONNECTIONS} connections, pipelining 1, best of ${ROUNDS} rounds of ${SECONDS} s` +
       ` per measurement after ${WARMUP_SECONDS} s warm-ups`,
@@ -105,6 +112,8 @@ export function httpReport({ results, peers }: HttpRun): HttpReport {
     `HTTP run alike; the engine run has them to itself (no load generator). CPU per response does not depend on`,
     `that sharing; waits (fsync, network) are not CPU. Own CPU: what the middleware adds besides the engine's run`,
     `(targets: 20 µs per new key and 15 per replay on Fastify, Hono and fetch; 40 on Express, Koa and NestJS).`,
+    `Open loop (Redis): new keys started at half the best closed-loop rate whatever the answers, so requests`,
+    `arrive one at a time; server and Redis CPU per request.`,
     ...(peers ? peerLines(peers, checks, failures) : []),
   ];
   if (peers) checked += peers.checked;

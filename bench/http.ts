@@ -60,6 +60,11 @@ export interface HttpResult {
   checked: number;
   /** The runs with responses that failed a check. */
   failures: string[];
+  /**
+   * On Redis: new keys in an open loop (requests started at half the best closed-loop rate,
+   * whatever the answers), for the store's batching under traffic that arrives one request at a time.
+   */
+  open?: LoadResult;
 }
 
 /** Express on Redis, bare, behind oncely and behind each peer, best of PEER_ROUNDS interleaved rounds. */
@@ -143,10 +148,10 @@ type RedisCpu = Awaited<ReturnType<typeof redisCpu>> | undefined;
  * with the server's CPU per response, and Redis's when `redis` is given.
  */
 function runner(server: Server, redis: RedisCpu, loads: LoadResult[]) {
-  return async (port: number, mode: Mode, seconds: number, book: KeyBook, marksReplays = true) => {
+  return async (port: number, mode: Mode, seconds: number, book: KeyBook, marksReplays = true, rate?: number) => {
     const cpu = await server.cpu();
     const redisBefore = await redis?.read();
-    const load = await drive({ port, mode, seconds, connections: CONNECTIONS, book, marksReplays });
+    const load = await drive({ port, mode, seconds, connections: CONNECTIONS, book, marksReplays, rate });
     load.serverCpu = ((await server.cpu()) - cpu) / load.responses;
     if (redis && redisBefore !== undefined) load.redisCpu = ((await redis.read()) - redisBefore) / load.responses;
     loads.push(load);
@@ -188,6 +193,8 @@ async function measureOne(framework: Framework, store: string, where: string, re
       cachedRuns.push(await run('replay', SECONDS, cached));
     }
     const engine = engines.reduce((a, b) => (b.opsPerSec > a.opsPerSec ? b : a));
+    const rate = Math.max(1, Math.round(fastest(timed.unique).reqPerSec / 2));
+    const open = redis ? await load(guarded, 'unique', SECONDS, book, true, rate) : undefined;
     const result = {
       framework,
       store,
@@ -198,6 +205,7 @@ async function measureOne(framework: Framework, store: string, where: string, re
       engine,
       checked: checkedOf(loads),
       failures: failuresOf(loads),
+      open,
     };
     log(
       `http ${framework} ${store}: bare ${formatOps(result.bare.reqPerSec)}, unique ${formatOps(result.unique.reqPerSec)},` +
