@@ -306,6 +306,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       const audit = await text('[data-testid=audit]');
       for (const action of ['records.resolve', 'events.replay', 'flows.retry', 'approvals.approve'])
         expect(audit, audit).toMatch(new RegExp(`token:ada\\s+${action.replace('.', '\\.')}\\s+\\S+\\s+done`));
+      await shot('overview-after');
       expect(side.sent).toEqual([]);
       const sends = [
         await side.agent.call('notifyCustomer', side.args),
