@@ -29,6 +29,8 @@ export interface Serve {
   base: string;
   /** The last 4 kB it wrote to stderr. */
   stderr(): string;
+  /** The lines it printed on stdout (its banner). */
+  stdout: string[];
 }
 
 /** Starts `oncely serve` of the dashboard app on `db`; resolves once it listens. */
@@ -39,10 +41,14 @@ export function startServe(db: string, ledgerUp: string): Promise<Serve> {
   child.stderr.on('data', (chunk) => {
     stderr = (stderr + chunk).slice(-4000);
   });
+  const stdout: string[] = [];
   return new Promise((resolve, reject) => {
+    let base = '';
     createInterface({ input: child.stdout }).on('line', (line) => {
-      const match = /on (http:\/\/localhost:\d+)/.exec(line);
-      if (match?.[1]) resolve({ child, base: match[1], stderr: () => stderr });
+      stdout.push(line);
+      base ||= /on (http:\/\/localhost:\d+)/.exec(line)?.[1] ?? '';
+      // The banner's last line: everything it prints is there.
+      if (base && line.startsWith('stop with Ctrl-C')) resolve({ child, base, stderr: () => stderr, stdout });
     });
     child.on('exit', (code, signal) => reject(new Error(`oncely serve exited (${code ?? signal}): ${stderr}`)));
   });

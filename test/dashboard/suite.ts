@@ -88,6 +88,11 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
     });
 
     it('shows a wrong token nothing: every data call is 401 and no data is drawn', async () => {
+      expect(serve.stdout).toContain(`dashboard:    ${serve.base}/oncely/  (asks for ONCELY_ADMIN_TOKEN)`);
+      // The shell is public and holds no data; a same-origin-only policy keeps any other script out.
+      const shell = await fetch(`${serve.base}/oncely/`);
+      expect(shell.headers.get('content-security-policy')).toContain("default-src 'none'; script-src 'self'");
+      expect(await shell.text()).toContain('data-api="/v1/admin"');
       const context = await browser.newContext();
       const stranger = await context.newPage();
       const calls: { url: string; status: number }[] = [];
