@@ -107,7 +107,13 @@ describe('the dashboard mounted in Hono, Express and Fastify', () => {
     expect(page.status).toBe(200);
     expect(page.type).toContain('text/html');
     expect(page.text).toContain('data-api="/ops/api"');
-    expect((await call(base, '/ops/app.js', { token: null })).text).toContain('sessionStorage');
+    const script = await call(base, '/ops/app.js', { token: null });
+    const style = await call(base, '/ops/app.css', { token: null });
+    expect(script.type).toContain('text/javascript');
+    expect(style.type).toContain('text/css');
+    // Small: the whole page is under 40 kB before compression, and fetches nothing from elsewhere.
+    expect(page.text.length + script.text.length + style.text.length).toBeLessThan(40_000);
+    expect(`${page.text}${script.text}${style.text}`).not.toMatch(/https?:\/\/(?!www\.w3\.org\/2000\/svg)/);
     const overview = await call(base, '/ops/api/overview');
     expect(overview.status).toBe(200);
     expect(JSON.parse(overview.text).data.records).toEqual({ succeeded: 3 });

@@ -53,6 +53,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
     let browser: Browser;
     let page: Page;
     let side: AgentSide;
+    const requested: string[] = [];
     const shot = (what: string) => page.screenshot({ path: join(SHOTS, `${name}-${what}.png`), fullPage: true });
     const text = async (selector: string) => (await page.locator(selector).innerText()).trim();
     /** Clicks a button that opens the confirmation, then confirms; waits for the status line. */
@@ -72,6 +73,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       side = await makeData(serve.base, rows, ledgerUp);
       browser = await launch();
       page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      page.on('request', (r) => requested.push(r.url()));
       // Signed in as a person does: the form keeps the token (and the name for the audit) in this tab.
       await page.goto(`${serve.base}/oncely/`);
       await page.fill('#token', TOKEN);
@@ -319,6 +321,9 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       ];
       expect(sends.map((s) => s.deliveryState)).toEqual(['sent', 'already_sent']);
       expect(side.sent).toEqual(['ORD-1']);
+      // Offline: every request the pages made, on every page, went to the serve itself.
+      expect(requested.length).toBeGreaterThan(20);
+      expect(requested.filter((url) => !url.startsWith(`${serve.base}/`))).toEqual([]);
     });
   });
 }
