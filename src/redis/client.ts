@@ -17,6 +17,29 @@ export interface RedisClusterNode {
   port: number;
 }
 
+/**
+ * Where the store finds Redis: a URL it connects to itself (with ioredis), the nodes of a Redis
+ * Cluster it connects to itself (an ioredis `Cluster`), or a client the caller owns.
+ */
+export type RedisStoreOptions = (
+  | { url: string; client?: undefined; cluster?: undefined }
+  | { cluster: RedisClusterNode[]; url?: undefined; client?: undefined }
+  | { client: RedisClientLike; url?: undefined; cluster?: undefined }
+) & {
+  /** Prepended to every key the store writes; defaults to 'oncely:'. An ioredis client's own keyPrefix comes before it. */
+  prefix?: string;
+  /** With `url` or `cluster`: how long a command (connecting included) may wait for Redis before it fails; default 5000 ms. */
+  timeoutMs?: number;
+  /**
+   * Answer a write only once this many replicas have it (WAIT after each script run, on the same
+   * connection), else fail it (STORE_UNAVAILABLE) after half of timeoutMs; default 0. Redis
+   * replicates asynchronously: without it, a master that dies right after answering may take the
+   * write with it, and the replica promoted in its place never saw it (a claim lost that way lets
+   * a second caller execute the key again). With 1, a write answered survives its master's death.
+   */
+  replicas?: number;
+};
+
 /** Sends one raw command and resolves with its reply. */
 export type Send = (command: string, args: string[]) => Promise<unknown>;
 
