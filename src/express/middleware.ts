@@ -28,7 +28,8 @@ export function idempotency(options: IdempotencyOptions<Request>): RequestHandle
   };
 }
 
-function factsOf(req: Request): RequestFacts {
+/** What the gate needs of an Express request (also the NestJS interceptor's, on the Express platform). */
+export function factsOf(req: Request): RequestFacts {
   const length = req.headers['content-length'];
   return {
     method: req.method,
@@ -43,7 +44,7 @@ function factsOf(req: Request): RequestFacts {
 }
 
 /** Sends a replay or a problem as it was stored: setHeader, not res.set, which would add a charset. */
-function send(res: Response, response: HttpResponse): void {
+export function send(res: Response, response: HttpResponse): void {
   res.statusCode = response.status;
   for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
   res.end(response.body);

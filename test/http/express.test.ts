@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import express, { type Express } from 'express';
@@ -9,77 +8,8 @@ import { createApp } from '../../examples/express.js';
 import { idempotency } from '../../src/express/index.js';
 import { createOncely, type Oncely } from '../../src/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
-import {
-  describeHttpSuite,
-  type HttpHarness,
-  type RunningApp,
-  type SuiteRequest,
-  type SuiteResponse,
-} from './suite.js';
-
-/**
- * light-my-request re-parents Express's request and response prototypes, which every Express app
- * in the process shares, so real sockets would then meet its fake methods. Each injected app gets
- * its own copies instead.
- */
-const isolated = new WeakSet<Express>();
-function isolate(app: Express): Express {
-  if (isolated.has(app)) return app;
-  isolated.add(app);
-  for (const name of ['request', 'response'] as const) {
-    const shared = Object.getPrototypeOf(app[name]);
-    Object.setPrototypeOf(
-      app[name],
-      Object.create(Object.getPrototypeOf(shared), Object.getOwnPropertyDescriptors(shared)),
-    );
-  }
-  return app;
-}
-
-/** Serves an Express app in process (light-my-request) or on a real port (fetch). */
-async function serve(app: Express, listen: boolean): Promise<Omit<RunningApp, 'calls'> & { base: string }> {
-  if (!listen) {
-    return {
-      base: '',
-      async request({ method, path, headers, body }: SuiteRequest): Promise<SuiteResponse> {
-        const res = await inject(isolate(app), {
-          method: method as 'POST',
-          url: path,
-          headers,
-          payload: body === undefined ? undefined : JSON.stringify(body),
-        });
-        const flat: Record<string, string> = {};
-        for (const [name, value] of Object.entries(res.headers))
-          if (value !== undefined) flat[name] = Array.isArray(value) ? value.join(', ') : String(value);
-        return { status: res.statusCode, headers: flat, body: res.payload };
-      },
-      close: async () => {},
-    };
-  }
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve) => server.once('listening', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    base,
-    async request({ method, path, headers, body }: SuiteRequest): Promise<SuiteResponse> {
-      const res = await fetch(`${base}${path}`, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const flat: Record<string, string> = {};
-      res.headers.forEach((value, name) => {
-        flat[name] = value;
-      });
-      return { status: res.status, headers: flat, body: await res.text() };
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
+import { isolate, serve } from './express-serve.js';
+import { describeHttpSuite, type HttpHarness } from './suite.js';
 
 const harness: HttpHarness = {
   async start({ once, listen, middleware }) {
