@@ -14,8 +14,8 @@ export interface CallerOutcome {
   value?: unknown;
   /** From a RunResult (wrap, run, an agent tool's result): whether it was replayed. */
   replayed?: boolean;
-  /** From a RunResult: the record's fence (above 1 after a takeover). */
-  fence?: number;
+  /** From a RunResult: the record's attempt count (above 1 after a takeover). */
+  attempts?: number;
   /** From a thrown error: its `code` (an OncelyError's), else absent. */
   code?: string;
   message?: string;
@@ -29,10 +29,11 @@ export function outcomeOf(caller: number, phase: string, settled: PromiseSettled
     const message = typeof error?.message === 'string' ? error.message : String(settled.reason);
     return { caller, phase, ok: false, ...(code ? { code } : {}), message };
   }
-  const got = settled.value as { value?: unknown; replayed?: unknown; record?: { fence?: unknown } } | undefined;
+  const got = settled.value as { value?: unknown; replayed?: unknown; record?: { attempts?: unknown } } | undefined;
   if (got && typeof got === 'object' && typeof got.replayed === 'boolean') {
-    const fence = typeof got.record?.fence === 'number' ? got.record.fence : undefined;
-    return { caller, phase, ok: true, value: got.value, replayed: got.replayed, ...(fence ? { fence } : {}) };
+    // Attempts, not the fence: Redis fences are times, not counts.
+    const attempts = typeof got.record?.attempts === 'number' ? got.record.attempts : undefined;
+    return { caller, phase, ok: true, value: got.value, replayed: got.replayed, ...(attempts ? { attempts } : {}) };
   }
   return { caller, phase, ok: true, value: settled.value };
 }
@@ -41,7 +42,7 @@ export function outcomeOf(caller: number, phase: string, settled: PromiseSettled
 export function gotOf(outcome: CallerOutcome): string {
   if (!outcome.ok) return outcome.code ?? `error: ${outcome.message ?? ''}`.slice(0, 60);
   if (outcome.replayed === true) return 'replayed';
-  if (outcome.replayed === false) return outcome.fence && outcome.fence > 1 ? 'taken over' : 'executed';
+  if (outcome.replayed === false) return outcome.attempts && outcome.attempts > 1 ? 'taken over' : 'executed';
   return 'ok';
 }
 

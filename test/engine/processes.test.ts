@@ -2,16 +2,20 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOncely, type Oncely } from '../../src/index.js';
+import { crashWindows, recordingDownstream } from '../../src/testing/index.js';
 import { dropDatabase, freshDatabase, MYSQL_URL } from '../support/mysql.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
 import { startWorker } from '../support/spawn.js';
 import { openStore, type StoreSpec } from '../support/stores.js';
+import type { KitCharge } from './support/kit-charge.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const KIT_CHARGE = fileURLToPath(new URL('./support/kit-charge.ts', import.meta.url));
 
 /** A downstream (an SMS gateway, a payment provider) that dedupes on the key it is given, and logs every call. */
 function makeSink(): { path: string; effects(key: string): number; calls(key: string): number } {
@@ -134,23 +138,38 @@ function describeProcesses(
       return { request, fn, retried, sink, key };
     }
 
-    it("kill -9 after the claim, before the effect: under 'retry' the next caller takes over after the lease", async () => {
-      const { request, fn, retried, sink, key } = await crash({ effect: false, policy: 'retry' });
-      const r = await once.run(request, fn);
-      expect(r).toMatchObject({ replayed: false, value: { attempt: 2 } });
-      expect(retried).toEqual([key]);
-      expect(sink.effects(key)).toBe(1);
-    });
-
-    it('kill -9 after the effect, before the completion: the takeover carries the same key, so the downstream sees one effect', async () => {
-      const { request, fn, retried, sink, key } = await crash({ effect: true, policy: 'retry' });
-      const r = await once.run(request, fn);
-      expect(r.replayed).toBe(false);
-      expect(retried).toEqual([key]);
-      expect(sink.calls(key)).toBe(2);
-      expect(sink.effects(key)).toBe(1);
-      expect(await once.run(request, fn)).toMatchObject({ replayed: true, value: { attempt: 2 } });
-    });
+    it("kill -9 at each window under 'retry' (oncely/testing's crashWindows): a fresh process takes over with the same key, or replays; one effect each", async () => {
+      const action = `crash-${randomUUID().slice(0, 8)}`;
+      const gateway = await recordingDownstream();
+      try {
+        const report = await crashWindows({
+          child: { module: KIT_CHARGE, export: 'charge' },
+          parallel: true,
+          input: (window): KitCharge => ({
+            store: spec,
+            action,
+            key: `ORD-${window}:charge`,
+            gateway: gateway.url,
+            lease: 600,
+            onLeaseExpired: 'retry',
+          }),
+          effects: (window) => gateway.effects.filter((e) => e.key === `ORD-${window}:charge`).length,
+        });
+        expect(report.cases.map((c) => [c.window, c.got, c.retry.attempts, c.effects])).toEqual([
+          ['claimed', 'taken over', 2, 1],
+          ['before-effect', 'taken over', 2, 1],
+          ['after-effect', 'taken over', 2, 1],
+          ['completed', 'replayed', 1, 1],
+        ]);
+        // Killed after its effect: the takeover posted the same key again, the downstream's dedupe held.
+        expect(gateway.callsWith('ORD-after-effect:charge')).toBe(2);
+        expect(gateway.callsWith('ORD-claimed:charge')).toBe(1);
+        const record = await once.get(action, 'ORD-after-effect:charge');
+        expect(record).toMatchObject({ state: 'succeeded', attempts: 2 });
+      } finally {
+        await gateway.close();
+      }
+    }, 60_000);
 
     it("kill -9 after the effect under 'hold': callers get OUTCOME_UNKNOWN until a person resolves it", async () => {
       const { request, fn, retried, sink, key } = await crash({ effect: true, policy: 'hold' });
