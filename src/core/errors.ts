@@ -143,6 +143,11 @@ export const ERRORS = {
     meaning: 'an admin request from off this machine while no `ONCELY_ADMIN_TOKEN` is set',
   },
   NOT_REPLAYABLE: { status: 409, meaning: 'a replay of an event that is not dead-lettered' },
+  // The client (oncely/client)
+  RETRIES_EXHAUSTED: {
+    status: 503,
+    meaning: "the client's attempts of one key ran out of time or attempts without an answer; `error.cause` is the last failure",
+  },
 } as const satisfies Record<string, { status: number; meaning: string }>;
 
 /** Stable machine-readable codes carried by every error oncely throws: the keys of {@link ERRORS}. */
