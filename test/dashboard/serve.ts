@@ -5,11 +5,12 @@
  * killed with SIGKILL mid-call (so its record is `unknown`), a dead-lettered webhook, and a pending
  * approval of an agent tool with a credit account.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { z } from 'zod';
 import { type AgentRuntime, createAgentRuntime, defineTool } from '../../src/agent/index.js';
 import { openDb } from '../../src/db/index.js';
@@ -18,6 +19,7 @@ import { createOncely } from '../../src/engine/engine.js';
 import { createFlows } from '../../src/flows/flows.js';
 import { recordStoreFor } from '../../src/host/records.js';
 
+const run = promisify(execFile);
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const APP = fileURLToPath(new URL('./app', import.meta.url));
 export const TOKEN = randomBytes(20).toString('hex');
@@ -92,6 +94,8 @@ export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean
 }
 
 export const CHARGE_KEY = 'ORD-U1-charge';
+/** A second unknown charge, settled with `oncely records resolve`. */
+export const CLI_KEY = 'ORD-U2-charge';
 export const DEAD_EVENT = 'evt-dead-1';
 
 /** The agent side of the data: a tool that needs approval, and how often it really sent. */
@@ -103,18 +107,24 @@ export interface AgentSide {
 }
 
 /**
- * Leaves an `unknown` record: a first serve claims `pay.charge` under 'hold' (lease 1 s), is killed
- * with SIGKILL inside the call, and the first caller after the lease meets OUTCOME_UNKNOWN.
+ * Leaves two `unknown` records: a serve claims `pay.charge` under 'hold' (lease 1 s), is killed
+ * with SIGKILL inside the call (twice), and the first caller after the lease meets OUTCOME_UNKNOWN.
  */
 export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db): Promise<void> {
-  const victim = await startServe(db, ledgerUp);
-  const headers = { 'idempotency-key': CHARGE_KEY };
-  void post(victim.base, '/v1/invoke/pay.charge', { orderId: 'ORD-U1', hang: true }, headers).catch(() => undefined);
-  await until(
-    () => rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [CHARGE_KEY]),
-    (r) => r[0]?.state === 'in_progress',
-  );
-  await stopServe(victim, 'SIGKILL');
+  // One victim per charge: on SQLite a hanging handler's transaction holds the write lock.
+  for (const [orderId, key] of [
+    ['ORD-U1', CHARGE_KEY],
+    ['ORD-U2', CLI_KEY],
+  ]) {
+    const victim = await startServe(db, ledgerUp);
+    const headers = { 'idempotency-key': key };
+    void post(victim.base, '/v1/invoke/pay.charge', { orderId, hang: true }, headers).catch(() => undefined);
+    await until(
+      () => rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [key]),
+      (r) => r[0]?.state === 'in_progress',
+    );
+    await stopServe(victim, 'SIGKILL');
+  }
 }
 
 /** Makes what the pages show, through the running serve `base` (and the database `rows`). */
@@ -144,12 +154,17 @@ export async function makeData(base: string, rows: Db, ledgerUp: string): Promis
   writeFileSync(ledgerUp, 'up');
   for (const id of ['evt-2', 'evt-3'])
     await post(base, '/v1/webhooks/hooks', { id, type: 'order.paid', orderId: `ORD-P${id}` });
-  // The killed charge: after its lease the next caller is told its outcome is unknown.
-  const unknown = await until(
-    () => post(base, '/v1/invoke/pay.charge', { orderId: 'ORD-U1', hang: true }, { 'idempotency-key': CHARGE_KEY }),
-    (r) => r.status !== 409 || r.json.error?.code === 'OUTCOME_UNKNOWN',
-  );
-  if (unknown.json.error?.code !== 'OUTCOME_UNKNOWN') throw new Error(`charge: ${JSON.stringify(unknown.json)}`);
+  // The killed charges: after their lease the next caller is told the outcome is unknown.
+  for (const [orderId, key] of [
+    ['ORD-U1', CHARGE_KEY],
+    ['ORD-U2', CLI_KEY],
+  ]) {
+    const unknown = await until(
+      () => post(base, '/v1/invoke/pay.charge', { orderId, hang: true }, { 'idempotency-key': key }),
+      (r) => r.status !== 409 || r.json.error?.code === 'OUTCOME_UNKNOWN',
+    );
+    if (unknown.json.error?.code !== 'OUTCOME_UNKNOWN') throw new Error(`charge: ${JSON.stringify(unknown.json)}`);
+  }
   // A person's signal to the waiting review: its payload says who.
   const flows = await createFlows({ db: rows, flows: [] });
   const [review] = await rows.all<{ workflow_id: string }>(
@@ -199,6 +214,12 @@ export async function countsOf(rows: Db, table: string, column: string): Promise
     `SELECT ${column} AS s, COUNT(*) AS n FROM ${table} GROUP BY ${column}`,
   );
   return Object.fromEntries(counted.map((r) => [r.s, Number(r.n)]));
+}
+
+/** Runs the built CLI; its stdout. */
+export async function cli(args: string[]): Promise<string> {
+  const { stdout } = await run(process.execPath, [CLI, ...args]);
+  return stdout;
 }
 
 export { openDb };

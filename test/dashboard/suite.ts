@@ -12,6 +12,8 @@ import type { Db } from '../../src/db/types.js';
 import {
   type AgentSide,
   CHARGE_KEY,
+  CLI_KEY,
+  cli,
   countsOf,
   DEAD_EVENT,
   leaveUnknownCharge,
@@ -175,6 +177,18 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
       await shot('overview-phone');
       await page.setViewportSize({ width: 1280, height: 900 });
+    });
+
+    it("oncely records resolve settles a handler's record the same way: the next caller gets the value", async () => {
+      const ref = `default/${encodeURIComponent('POST pay.charge')}/${CLI_KEY}`;
+      await cli(['records', 'resolve', ref, '--db', db, '--value', '{"chargeId":"ch_cli"}', '--by', 'ops-cli']);
+      const next = await post(
+        serve.base,
+        '/v1/invoke/pay.charge',
+        { orderId: 'ORD-U2', hang: true },
+        { 'idempotency-key': CLI_KEY },
+      );
+      expect([next.status, next.json.data]).toEqual([200, { chargeId: 'ch_cli' }]);
     });
 
     it('records: filters to the unknown charge, shows its detail, and settling it answers the next caller', async () => {
