@@ -251,6 +251,18 @@ async function openPool(uri: string): Promise<MysqlPool> {
   }) as unknown as MysqlPool;
 }
 
+/** Whether a pool's connections take several statements at once (mysql2's multipleStatements). */
+async function takesScripts(pool: MysqlPool): Promise<boolean> {
+  try {
+    await pool.query('SELECT 1; SELECT 1');
+    return true;
+  } catch (error) {
+    // ER_PARSE_ERROR: the server saw one statement with text after it.
+    if ((error as { errno?: unknown }).errno === 1064) return false;
+    throw error;
+  }
+}
+
 // Connections given as `tx` that carry the store's 'error' listener, so it is added once per connection.
 const listening = new WeakSet<object>();
 
@@ -291,8 +303,8 @@ export class MysqlStore implements RecordStore {
   private readonly names: sql.Names;
   private readonly given: MysqlPool | undefined;
   private readonly uri: string | undefined;
-  /** The pool is the store's own, opened to take several statements in one round trip. */
-  private readonly scripts: boolean;
+  /** The pool takes several statements in one round trip: the store's own, or yours if made with multipleStatements. */
+  private scripts = false;
   private pooled: Promise<MysqlPool> | undefined;
   private migrated: Promise<void> | undefined;
   private closed = false;
@@ -311,7 +323,6 @@ export class MysqlStore implements RecordStore {
       throw new InvalidArgumentError('mysqlStore pool must be a mysql2/promise Pool (with query and getConnection)');
     this.given = options.pool;
     this.uri = options.uri;
-    this.scripts = options.pool === undefined;
     this.names = sql.names(database, table);
     if (!batch) return;
     const batching = { maxBatch: MAX_BATCH, isolate: isItemError };
@@ -328,7 +339,10 @@ export class MysqlStore implements RecordStore {
   /** Creates or upgrades the table; memoized, and retried on the next call when it failed. */
   migrate(): Promise<void> {
     this.migrated ??= this.pool()
-      .then((pool) => migrate(pool, this.names))
+      .then(async (pool) => {
+        await migrate(pool, this.names);
+        this.scripts = this.given === undefined || (await takesScripts(pool));
+      })
       .catch((error: unknown) => {
         // Forget the failure, so a store created while the database was down works once it is up.
         this.migrated = undefined;

@@ -17,12 +17,13 @@ export function databaseUrl(database: string): string {
 }
 
 /** A pool on the test server that fails fast, instead of hanging, when MariaDB is down. */
-export function testPool(database?: string, connectionLimit = 10): mysql.Pool {
+export function testPool(database?: string, connectionLimit = 10, multipleStatements = false): mysql.Pool {
   return mysql.createPool({
     uri: database === undefined ? MYSQL_URL : databaseUrl(database),
     connectionLimit,
     connectTimeout: 5_000,
     charset: 'utf8mb4',
+    multipleStatements,
   });
 }
 

@@ -228,6 +228,53 @@ describe('mysql specifics', () => {
     await dropDatabase(fresh);
   });
 
+  it('sends a claim and a completion in one round trip each on a pool that takes several statements, one by one on another', async () => {
+    /** `target` with every statement it is sent counted. */
+    const counted = (target: mysql.Pool) => {
+      const sent = { n: 0 };
+      const query = (run: (text: string, values?: unknown) => Promise<unknown>) => (text: string, values?: unknown) => {
+        sent.n++;
+        return run(text, values);
+      };
+      const pool = {
+        query: query((text, values) => target.query(text, values as unknown[])),
+        async getConnection() {
+          const connection = await target.getConnection();
+          return {
+            query: query((text, values) => connection.query(text, values as unknown[])),
+            release: () => connection.release(),
+            destroy: () => connection.destroy(),
+          };
+        },
+        end: async () => {},
+      };
+      return { pool: pool as unknown as mysql.Pool, sent };
+    };
+    const scripted = testPool(database, 2, true);
+    for (const [target, table, perClaim, perCompletion] of [
+      [pool, 'trips_plain', 2, 4],
+      [scripted, 'trips_scripted', 1, 1],
+    ] as const) {
+      const { pool: wrapped, sent } = counted(target);
+      const store = mysqlStore({ pool: wrapped, table });
+      await store.migrate();
+      sent.n = 0;
+      const { record } = await store.insertOrGet(claim('K-1'));
+      expect(sent.n).toBe(perClaim);
+      sent.n = 0;
+      const applied = await store.update(
+        record,
+        { fence: 1, states: ['in_progress'] },
+        { state: 'succeeded', result: '1' },
+      );
+      expect(applied).toEqual(expect.any(Number));
+      expect(sent.n).toBe(perCompletion);
+      expect((await store.get(record))?.state).toBe('succeeded');
+      await store.close();
+    }
+    await scripted.end();
+  });
+
   it('refuses names that are not plain identifiers, and a pool that is not one', () => {
     expect(() => mysqlStore({ pool, table: 'Bad-Name' })).toThrow(
       expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
