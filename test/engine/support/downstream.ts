@@ -3,9 +3,8 @@
  * idempotency key (`POST /charges/:key`) and answers `GET /charges/:key` with the charge or 404,
  * and the charge action that calls it, with the reconcile function that asks it.
  */
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Reconcile } from '../../../src/engine/reconcile.js';
+import { type DownstreamEffect, recordingDownstream } from '../../../src/testing/index.js';
 
 /** One charge the gateway made. */
 export interface Charge {
@@ -22,41 +21,28 @@ export interface Gateway {
   close(): Promise<void>;
 }
 
-/** Starts the gateway on a free port of 127.0.0.1. */
+const chargeOf = (effect: DownstreamEffect): Charge => ({
+  id: `ch_${effect.id.slice('eff_'.length)}`,
+  key: effect.key as string,
+  amount: (effect.body as { amount: number }).amount,
+});
+
+/** Starts the gateway on a free port of 127.0.0.1: oncely/testing's recordingDownstream, keyed by the path. */
 export async function startGateway(): Promise<Gateway> {
-  const charges = new Map<string, Charge>();
-  const posts = new Map<string, number>();
-  const server = createServer((req, res) => {
-    const match = /^\/charges\/([^/]+)$/.exec(req.url ?? '');
-    if (!match) return void res.writeHead(404).end();
-    const key = decodeURIComponent(match[1] as string);
-    const reply = (status: number, body: unknown) =>
-      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-    if (req.method === 'GET') {
-      const charge = charges.get(key);
-      return charge ? reply(200, charge) : reply(404, { error: 'no such charge' });
-    }
-    let body = '';
-    req.on('data', (chunk) => {
-      body += chunk;
-    });
-    req.on('end', () => {
-      posts.set(key, (posts.get(key) ?? 0) + 1);
-      // The gateway's own dedupe: a second POST of a key answers the first charge.
-      let charge = charges.get(key);
-      if (!charge) {
-        charge = { id: `ch_${charges.size + 1}`, key, amount: (JSON.parse(body) as { amount: number }).amount };
-        charges.set(key, charge);
-      }
-      reply(200, charge);
-    });
+  const downstream = await recordingDownstream({
+    keyOf: ({ path }) => {
+      const match = /^\/charges\/([^/]+)$/.exec(path);
+      return match ? decodeURIComponent(match[1] as string) : undefined;
+    },
+    answer: chargeOf,
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    charges,
-    posts: (key) => posts.get(key) ?? 0,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    url: downstream.url,
+    get charges() {
+      return new Map(downstream.effects.map((e) => [e.key as string, chargeOf(e)]));
+    },
+    posts: (key) => downstream.calls.filter((c) => c.method === 'POST' && c.key === key).length,
+    close: downstream.close,
   };
 }
 
