@@ -10,9 +10,9 @@ import { createOncely } from '../src/engine/engine.js';
 import { redisStore } from '../src/redis/index.js';
 import type { RecordStore } from '../src/store.js';
 import { startCluster } from '../test/support/redis-cluster.js';
-import { inputOf } from './engine.js';
+import { inputOf, redisSubject } from './engine.js';
 import { best, envInt, formatOps, markdownTable, measure, type Timing, warmUp } from './harness.js';
-import { ACTION, REDIS_URL, TENANT } from './setup.js';
+import { ACTION, TENANT } from './setup.js';
 
 const CONCURRENCY = 32;
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
@@ -39,7 +39,8 @@ const cluster = await startCluster();
 const prefix = `oncely-bench:${randomUUID().slice(0, 8)}:`;
 try {
   const subjects = [
-    { name: 'one Redis', open: () => subject(redisStore({ url: REDIS_URL, prefix })) },
+    // Its keys are deleted from the shared Redis after the run (the cluster goes with its folder).
+    { name: 'one Redis', open: () => redisSubject(prefix) },
     { name: 'cluster, 3 masters', open: () => subject(redisStore({ cluster: cluster.nodes, prefix })) },
     {
       name: 'cluster, 3 masters, replicas: 1',
