@@ -6,13 +6,17 @@
  */
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
+import Router from '@koa/router';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import Fastify, { type FastifyRequest } from 'fastify';
 import { type Context, Hono } from 'hono';
+import Koa, { type Context as KoaContext, type Next } from 'koa';
 import { idempotency as expressIdempotency } from '../src/express/index.js';
 import { idempotency as fastifyIdempotency } from '../src/fastify/index.js';
+import { idempotent } from '../src/fetch/index.js';
 import { idempotency as honoIdempotency } from '../src/hono/index.js';
 import type { Oncely } from '../src/index.js';
+import { idempotency as koaIdempotency } from '../src/koa/index.js';
 
 /**
  * Each framework's app, bare or behind its adapter: a new adapter is one row here (and its start
@@ -22,6 +26,8 @@ const APPS = {
   express: { start: startExpress, heavy: true },
   fastify: { start: startFastify, heavy: false },
   hono: { start: startHono, heavy: false },
+  fetch: { start: startFetch, heavy: false },
+  koa: { start: startKoa, heavy: true },
 } satisfies Record<string, { start: (once: Oncely | undefined) => Promise<RunningApp>; heavy: boolean }>;
 
 export type Framework = keyof typeof APPS;
@@ -146,6 +152,58 @@ async function startHono(once: Oncely | undefined): Promise<RunningApp> {
     server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
   return { port, close: () => closeServer(server as import('node:http').Server) };
+}
+
+async function startFetch(once: Oncely | undefined): Promise<RunningApp> {
+  const count = counter();
+  let orders = 0;
+  const create = async (request: globalThis.Request) => {
+    const { item, amount } = (await request.json()) as { item: string; amount: number };
+    const orderId = `ord_${++orders}`;
+    const n = count(`/orders ${request.headers.get('idempotency-key') ?? ''}`);
+    return Response.json({ orderId, item, amount, n }, { status: 201, headers: { location: `/orders/${orderId}` } });
+  };
+  // As in the example: one wrapped handler per route, with its pattern as the route.
+  const tenant = (request: globalThis.Request) => request.headers.get('x-account') ?? undefined;
+  const route = once ? idempotent(create, { once, route: '/orders', tenant }) : create;
+  const app = (request: globalThis.Request) =>
+    request.method === 'POST' && new URL(request.url).pathname === '/orders'
+      ? route(request)
+      : new Response(null, { status: 404 });
+  let server!: ReturnType<typeof serve>;
+  const port = await new Promise<number>((resolve) => {
+    server = serve({ fetch: app, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+  });
+  return { port, close: () => closeServer(server as import('node:http').Server) };
+}
+
+/** What @koa/bodyparser does for the bare Koa app: the middleware reads and parses the body itself. */
+async function koaJson(ctx: KoaContext, next: Next): Promise<void> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of ctx.req) chunks.push(chunk as Buffer);
+  (ctx.request as { body?: unknown }).body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  await next();
+}
+
+async function startKoa(once: Oncely | undefined): Promise<RunningApp> {
+  const count = counter();
+  let orders = 0;
+  const app = new Koa();
+  const router = new Router();
+  // As in the example: on each route, so the action is its pattern; it leaves the parsed body on ctx.request.
+  const guard = once ? koaIdempotency({ once, tenant: (ctx) => ctx.get('x-account') || undefined }) : koaJson;
+  router.post('/orders', guard, (ctx) => {
+    const { item, amount } = (ctx.request as { body?: unknown }).body as { item: string; amount: number };
+    const orderId = `ord_${++orders}`;
+    ctx.status = 201;
+    ctx.set('Location', `/orders/${orderId}`);
+    ctx.body = { orderId, item, amount, n: count(`${String(ctx._matchedRoute)} ${ctx.get('idempotency-key')}`) };
+  });
+  app.use(router.routes());
+  const server = await new Promise<import('node:http').Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return { port: (server.address() as AddressInfo).port, close: () => closeServer(server) };
 }
 
 /** Closes a node http server, keep-alive connections included (autocannon leaves none, but a crash might). */
