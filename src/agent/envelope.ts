@@ -84,3 +84,32 @@ export function failedEnvelope(
 export function withApproval(result: ToolEnvelope, approval: Approval): ToolEnvelope {
   return { ...result, approvalId: approval.id };
 }
+
+/** The envelope of an approval's state: pending (wait), approved (under way), rejected or expired (stop). */
+export function approvalEnvelope(approval: Approval, requestId: string, key: string, actionId: string): ToolEnvelope {
+  const base = { key, actionId };
+  if (approval.status === 'pending')
+    return withApproval(
+      envelopeOf(
+        'pending_approval',
+        requestId,
+        base,
+        null,
+        `awaiting approval ${approval.id}; do not call again, wait`,
+      ),
+      approval,
+    );
+  if (approval.status === 'approved')
+    return withApproval(envelopeOf('unknown', requestId, base, null, 'approved; execution is under way'), approval);
+  const why =
+    approval.status === 'expired'
+      ? 'the approval expired'
+      : `rejected by ${approval.decidedBy}${approval.reason ? `: ${approval.reason}` : ''}`;
+  return withApproval(
+    {
+      ...envelopeOf('rejected', requestId, base, null, `${why}; do not send`),
+      error: { code: approval.status === 'expired' ? 'APPROVAL_EXPIRED' : 'REJECTED', message: why },
+    },
+    approval,
+  );
+}

@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type Duration, toMs } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
-import { stableUuid } from '../core/ids.js';
-import { keyFrom, validateId, validateKey } from '../core/key.js';
+import { keyFrom, validateKey } from '../core/key.js';
 import { type ObserveOptions, Observer } from '../core/observer.js';
 import { endSpan, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
@@ -17,7 +16,15 @@ import {
   requestApproval,
 } from './approvals.js';
 import { Credits } from './credits.js';
-import { type DeliveryState, envelopeOf, failedEnvelope, type ToolEnvelope, withApproval } from './envelope.js';
+import {
+  approvalEnvelope,
+  type DeliveryState,
+  envelopeOf,
+  failedEnvelope,
+  type ToolEnvelope,
+  withApproval,
+} from './envelope.js';
+import { actionIdOf, checkIds, keyParts, toolAction } from './keys.js';
 import { migrateAgentTables } from './tables.js';
 import type { AnyTool, EffectTool, ReadTool } from './tool.js';
 
@@ -65,18 +72,7 @@ interface Tracked {
   tool: string;
 }
 
-/** Checks the ids a caller gives as the engine does, before anything is written (TRACE_ID_INVALID). */
-function checkIds(ids: { traceId?: string; requestId?: string }): void {
-  if (ids.traceId !== undefined) validateId(ids.traceId, 'traceId');
-  if (ids.requestId !== undefined) validateId(ids.requestId, 'requestId');
-}
-
 const DEFAULT_APPROVAL_TTL = '24h';
-
-/** The engine's action of a tool's calls (their records, its reconcile function). */
-export function toolAction(name: string): string {
-  return `tool:${name}`;
-}
 
 /**
  * Runs tools so that any model may call them any number of times: one execution per intent, one
@@ -184,7 +180,7 @@ export class AgentRuntime {
           ),
           approval,
         );
-      if (approval.status !== 'approved') return this.approvalState(approval, requestId, key, actionId);
+      if (approval.status !== 'approved') return approvalEnvelope(approval, requestId, key, actionId);
       return withApproval(
         await this.execute(tool, approval.input as Record<string, unknown>, key, tenant, actionId, requestId, options),
         approval,
@@ -211,7 +207,7 @@ export class AgentRuntime {
     track.tool = tool.name;
     if (decided) this.countApproval(tool.name, decided);
     if (approval.status !== 'approved')
-      return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
+      return approvalEnvelope(approval, requestId, approval.idempotencyKey, approval.id);
     // Approving twice finds the first execution's record: already_sent, nothing sent again.
     return withApproval(
       await this.execute(
@@ -242,7 +238,7 @@ export class AgentRuntime {
       // A label only for tools this runtime declares: a stored name is not a bounded label value otherwise.
       if (this.tools.has(approval.tool)) track.tool = approval.tool;
       if (decided) this.countApproval(track.tool, decided);
-      return this.approvalState(approval, requestId, approval.idempotencyKey, approval.id);
+      return approvalEnvelope(approval, requestId, approval.idempotencyKey, approval.id);
     });
   }
 
@@ -254,34 +250,6 @@ export class AgentRuntime {
   /** Lists approvals, optionally by status. */
   approvals(status?: Approval['status']): Promise<Approval[]> {
     return listApprovals(this.options.db, status);
-  }
-
-  private approvalState(approval: Approval, requestId: string, key: string, actionId: string): ToolEnvelope {
-    const base = { key, actionId };
-    if (approval.status === 'pending')
-      return withApproval(
-        envelopeOf(
-          'pending_approval',
-          requestId,
-          base,
-          null,
-          `awaiting approval ${approval.id}; do not call again, wait`,
-        ),
-        approval,
-      );
-    if (approval.status === 'approved')
-      return withApproval(envelopeOf('unknown', requestId, base, null, 'approved; execution is under way'), approval);
-    const why =
-      approval.status === 'expired'
-        ? 'the approval expired'
-        : `rejected by ${approval.decidedBy}${approval.reason ? `: ${approval.reason}` : ''}`;
-    return withApproval(
-      {
-        ...envelopeOf('rejected', requestId, base, null, `${why}; do not send`),
-        error: { code: approval.status === 'expired' ? 'APPROVAL_EXPIRED' : 'REJECTED', message: why },
-      },
-      approval,
-    );
   }
 
   /**
@@ -475,22 +443,4 @@ export async function createAgentRuntime(options: AgentRuntimeOptions): Promise<
   // Spans start from the first call: the optional OpenTelemetry API has been looked for by then.
   await Promise.all([migrateAgentTables(options.db), tracingReady()]);
   return new AgentRuntime(options);
-}
-
-/**
- * The action's id: the same on every retry of one intent. With `actionFields`, their values are
- * part of it, so a run after the record expired is a new action only when they differ.
- */
-function actionIdOf(tool: EffectTool, tenant: string, key: string, input: Record<string, unknown>): string {
-  const fields = tool.idempotency.actionFields;
-  const parts = fields ? [JSON.stringify(fields.map((f) => input[f] ?? null))] : [];
-  return stableUuid(tenant, toolAction(tool.name), key, 'action', ...parts);
-}
-
-function keyParts(tool: EffectTool, input: Record<string, unknown>): (string | number)[] {
-  return tool.idempotency.keyFields.map((field) => {
-    const value = input[field];
-    if (typeof value === 'string' || typeof value === 'number') return value;
-    throw new OncelyError('KEY_REQUIRED', `key field ${field} is missing`);
-  });
 }
