@@ -1,0 +1,160 @@
+import { backoffDelay } from '../core/backoff.js';
+import { InvalidArgumentError, KeyInvalidError, KeyRequiredError, OncelyError } from '../core/errors.js';
+import { type KeyPart, keyFrom, validateKey } from '../core/key.js';
+
+/** How one intent is retried. Every field has a default. */
+export interface RetryOptions {
+  /** Every attempt and wait of one intent within this many ms; then RETRIES_EXHAUSTED or the last answer. Default 30000. */
+  deadlineMs?: number;
+  /** One attempt's timeout in ms (the deadline's rest when shorter). Default 10000. */
+  attemptTimeoutMs?: number;
+  /** Most attempts. Default 8. */
+  maxAttempts?: number;
+  /** Backoff: attempt n waits a uniform draw in [0, min(maxDelayMs, baseDelayMs * 2^(n-1))). Defaults 200 and 5000. */
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  /** Cancels the intent: the attempt in flight and any wait. */
+  signal?: AbortSignal;
+  /** The fetch to call. Default: the global one. */
+  fetch?: typeof fetch;
+}
+
+/** The answer of one intent: the response, and whether the server replayed a stored one. */
+export interface IdempotentResponse {
+  response: Response;
+  /** True when the server answered `Idempotent-Replayed: true`: the work was done by an earlier attempt. */
+  replayed: boolean;
+  /** Attempts sent, from 1. */
+  attempts: number;
+  /** The key every attempt carried. */
+  key: string;
+}
+
+/** A key as given: the key itself, or its business parts for keyFrom. */
+export type KeyInput = string | readonly KeyPart[];
+
+/**
+ * Sends one intent (one key, made once) and retries it until it is answered: network errors and
+ * timeouts, 409 IN_PROGRESS (after its Retry-After), 429 and 5xx (after Retry-After, else
+ * exponential backoff with full jitter), within a total deadline. Any other answer, 4xx included,
+ * is returned as it is. Every attempt carries the same Idempotency-Key and Oncely-Trace-Id.
+ * @example const { response, replayed } = await idempotentFetch('/orders', { method: 'POST', body }, { key: ['ORD-1', 'create'] })
+ */
+export async function idempotentFetch(
+  url: string | URL,
+  init: RequestInit = {},
+  options: RetryOptions & { key: KeyInput },
+): Promise<IdempotentResponse> {
+  const key = keyOf(options?.key);
+  const {
+    deadlineMs = 30_000,
+    attemptTimeoutMs = 10_000,
+    maxAttempts = 8,
+    baseDelayMs = 200,
+    maxDelayMs = 5_000,
+    signal,
+    fetch: send = globalThis.fetch,
+  } = options;
+  for (const [name, value] of Object.entries({ deadlineMs, attemptTimeoutMs, maxAttempts, baseDelayMs, maxDelayMs }))
+    if (!Number.isFinite(value) || value < 0) throw new InvalidArgumentError(`${name} must be a number from 0`);
+  if (typeof ReadableStream !== 'undefined' && init.body instanceof ReadableStream)
+    throw new InvalidArgumentError(
+      'a retried request needs a body it can send again: a string, bytes or form, not a stream',
+    );
+  const headers = new Headers(init.headers);
+  headers.set('idempotency-key', `"${key.replace(/["\\]/g, '\\$&')}"`);
+  // One trace id per intent, the same on every attempt: the server's records and logs join them up.
+  if (!headers.has('oncely-trace-id')) headers.set('oncely-trace-id', globalThis.crypto.randomUUID());
+  const deadline = Date.now() + deadlineMs;
+  let last: unknown;
+  for (let attempt = 1; ; attempt++) {
+    signal?.throwIfAborted();
+    const left = deadline - Date.now();
+    const timeout = AbortSignal.timeout(Math.max(1, Math.min(attemptTimeoutMs, left)));
+    let wait: number | undefined | false;
+    try {
+      const response = await send(url, {
+        ...init,
+        headers,
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+      wait = await retryDelay(response);
+      if (wait === false)
+        return { response, replayed: response.headers.get('idempotent-replayed') === 'true', attempts: attempt, key };
+      last = response;
+    } catch (error) {
+      // The caller's own cancel ends the intent; anything else (no connection, a reset, the
+      // attempt's timeout) may have reached the server or not: the same key makes the retry safe.
+      if (signal?.aborted) throw signal.reason;
+      last = error;
+    }
+    const delay = typeof wait === 'number' ? wait : backoffDelay(attempt, baseDelayMs, maxDelayMs);
+    if (attempt >= maxAttempts || Date.now() + delay >= deadline) return exhausted(last, attempt, key);
+    await sleep(delay, signal);
+  }
+}
+
+/** After retries ran out: the last answer as it is, or RETRIES_EXHAUSTED with the last failure as cause. */
+function exhausted(last: unknown, attempts: number, key: string): IdempotentResponse {
+  if (last instanceof Response)
+    return { response: last, replayed: last.headers.get('idempotent-replayed') === 'true', attempts, key };
+  throw new OncelyError('RETRIES_EXHAUSTED', `key "${key}": no answer after ${attempts} attempts`, { cause: last });
+}
+
+/** False when the answer is final; else the wait its Retry-After asks for (undefined: back off). */
+async function retryDelay(response: Response): Promise<number | undefined | false> {
+  const { status } = response;
+  if (status === 409) {
+    // Only IN_PROGRESS means "ask again"; KEY_REUSED, OUTCOME_UNKNOWN and RESPONSE_NOT_STORED do not change by waiting.
+    if ((await codeOf(response)) !== 'IN_PROGRESS') return false;
+  } else if (status !== 429 && status < 500) return false;
+  const after = retryAfterMs(response.headers.get('retry-after'));
+  // Drained so the connection is free for the next attempt.
+  await response.body?.cancel().catch(() => undefined);
+  return after;
+}
+
+/** The code of a problem document (`code`) or of the host's envelope (`error.code`), read from a copy. */
+async function codeOf(response: Response): Promise<string | undefined> {
+  try {
+    const body = (await response.clone().json()) as { code?: unknown; error?: { code?: unknown } };
+    const code = typeof body.code === 'string' ? body.code : body.error?.code;
+    return typeof code === 'string' ? code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Retry-After in ms: delay-seconds or an HTTP date; undefined when absent or unreadable. */
+export function retryAfterMs(value: string | null): number | undefined {
+  if (value === null || value.trim() === '') return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+}
+
+function keyOf(given: KeyInput | undefined): string {
+  if (given === undefined || given === null)
+    throw new KeyRequiredError(
+      'idempotentFetch needs { key }: built once per intent from its business facts, e.g. keyFrom(orderId, "create")',
+    );
+  const key = typeof given === 'string' ? validateKey(given) : keyFrom(...given);
+  // The header carries printable ASCII only (an RFC 8941 string).
+  if (!/^[\x20-\x7e]+$/.test(key)) throw new KeyInvalidError('a key sent over HTTP must be printable ASCII');
+  return key;
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason once it aborts. */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', abort);
+      resolve();
+    }, ms);
+    const abort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener('abort', abort, { once: true });
+  });
+}

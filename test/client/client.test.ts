@@ -1,0 +1,262 @@
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApp } from '../../examples/express.js';
+import { createClient, InvokeError, idempotentFetch, keyFrom } from '../../src/client/index.js';
+import type { Host } from '../../src/host/index.js';
+import { openHost } from '../../src/host/index.js';
+import { createOncely, type Oncely } from '../../src/index.js';
+import { sqliteStore } from '../../src/sqlite/index.js';
+import { faultProxy } from '../../src/testing/fault-proxy.js';
+import { serve } from '../http/express-serve.js';
+
+const FIXTURE = fileURLToPath(new URL('../host/fixture', import.meta.url));
+const json = (body: unknown): RequestInit => ({
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify(body),
+});
+// Fast retries: the waits under test are the server's Retry-After, not the backoff's.
+const quick = { baseDelayMs: 20, maxDelayMs: 100 };
+
+describe('idempotentFetch against the Express example through a fault proxy', () => {
+  let once: Oncely;
+  let app: ReturnType<typeof createApp>;
+  let server: Awaited<ReturnType<typeof serve>>;
+  beforeAll(async () => {
+    once = await createOncely({
+      store: sqliteStore({ path: join(mkdtempSync(join(tmpdir(), 'oncely-client-')), 'c.db') }),
+    });
+    app = createApp({ once });
+    server = await serve(app.app, true);
+  });
+  afterAll(async () => {
+    await server.close();
+    await once.close();
+  });
+
+  it('gets the first answer as a replay when the proxy dropped it after the handler ran: one execution', async () => {
+    const proxy = await faultProxy({ target: server.base, plan: [{ nth: 1, fault: 'drop-response' }] });
+    try {
+      const key = keyFrom(`ORD-${Date.now()}`, 'create');
+      const answer = await idempotentFetch(`${proxy.url}/orders`, json({ item: 'tea', amount: 3 }), { key, ...quick });
+      expect([answer.response.status, answer.replayed, answer.attempts]).toEqual([201, true, 2]);
+      expect(await answer.response.json()).toMatchObject({ item: 'tea', amount: 3, n: 1 });
+      // The server answered the first attempt (201) and only the client missed it.
+      expect(proxy.requests.map((r) => [r.fault, r.upstreamStatus, r.key])).toEqual([
+        ['drop-response', 201, `"${key}"`],
+        [undefined, 201, `"${key}"`],
+      ]);
+      expect(app.calls.get(`/orders "${key}"`)).toBe(1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("waits out a 409 IN_PROGRESS's Retry-After and gets the first request's answer", async () => {
+    const key = `slow-${Date.now()}`;
+    const first = fetch(`${server.base}/slow`, {
+      ...json({}),
+      headers: { 'content-type': 'application/json', 'idempotency-key': `"${key}"` },
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    const started = Date.now();
+    const answer = await idempotentFetch(`${server.base}/slow`, json({}), { key, ...quick });
+    expect((await first).status).toBe(200);
+    expect([answer.response.status, answer.replayed, answer.attempts]).toEqual([200, true, 2]);
+    // Retry-After: 1 was honoured rather than the 20 ms backoff.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect(app.calls.get(`/slow "${key}"`)).toBe(1);
+  });
+
+  it("retries the proxy's 503 with Retry-After, then sends the same key once more", async () => {
+    const proxy = await faultProxy({ target: server.base, plan: [{ nth: 1, fault: 'unavailable' }] });
+    try {
+      const key = keyFrom(`ORD-${Date.now()}`, 'charge');
+      const started = Date.now();
+      const answer = await idempotentFetch(`${proxy.url}/orders/o1/charge`, json({}), { key, ...quick });
+      expect([answer.response.status, answer.replayed, answer.attempts]).toEqual([200, false, 2]);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+      expect(proxy.requests.map((r) => [r.fault, r.key])).toEqual([
+        ['unavailable', `"${key}"`],
+        [undefined, `"${key}"`],
+      ]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('never retries a 4xx other than 409 IN_PROGRESS and 429: KEY_REUSED and a 402 come back at once', async () => {
+    const key = `reuse-${Date.now()}`;
+    expect(
+      (await idempotentFetch(`${server.base}/orders`, json({ item: 'a', amount: 1 }), { key })).response.status,
+    ).toBe(201);
+    const reused = await idempotentFetch(`${server.base}/orders`, json({ item: 'b', amount: 1 }), { key, ...quick });
+    expect([reused.response.status, reused.attempts, (await reused.response.json()).code]).toEqual([
+      422,
+      1,
+      'KEY_REUSED',
+    ]);
+    const declined = await idempotentFetch(`${server.base}/payments/declined`, json({}), { key: `d-${Date.now()}` });
+    expect([declined.response.status, declined.attempts]).toEqual([402, 1]);
+  });
+});
+
+/** A real server answering from a script, recording each attempt's headers. */
+async function scripted(answers: ((res: import('node:http').ServerResponse) => void)[]) {
+  const seen: IncomingHttpHeaders[] = [];
+  const server: Server = createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume();
+    const answer = answers[Math.min(seen.length, answers.length) - 1];
+    answer?.(res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url,
+    seen,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe('idempotentFetch retry rules', () => {
+  it('retries 429 and 5xx with backoff, with one key and one trace id on every attempt', async () => {
+    const fail = (status: number) => (res: import('node:http').ServerResponse) => res.writeHead(status).end();
+    const server = await scripted([fail(429), fail(500), fail(503), (res) => res.writeHead(201).end('ok')]);
+    try {
+      const answer = await idempotentFetch(
+        server.url,
+        { method: 'POST', body: 'x' },
+        { key: ['ORD-7', 'pay'], ...quick },
+      );
+      expect([answer.response.status, answer.attempts, answer.key]).toEqual([201, 4, 'ORD-7:pay']);
+      expect(new Set(server.seen.map((h) => h['idempotency-key']))).toEqual(new Set(['"ORD-7:pay"']));
+      expect(new Set(server.seen.map((h) => h['oncely-trace-id'])).size).toBe(1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('gives up at the deadline: the last 5xx is returned; with no answer at all, RETRIES_EXHAUSTED', async () => {
+    const server = await scripted([(res) => res.writeHead(502).end()]);
+    try {
+      const answer = await idempotentFetch(
+        server.url,
+        { method: 'POST' },
+        { key: 'k-deadline', deadlineMs: 300, ...quick },
+      );
+      expect(answer.response.status).toBe(502);
+      expect(answer.attempts).toBeGreaterThan(1);
+    } finally {
+      await server.close();
+    }
+    // Nothing listens there any more: every attempt fails to connect.
+    const error = await idempotentFetch(
+      server.url,
+      { method: 'POST' },
+      { key: 'k-gone', deadlineMs: 300, ...quick },
+    ).catch((e) => e);
+    expect(error.code).toBe('RETRIES_EXHAUSTED');
+    expect(error.cause).toBeInstanceOf(Error);
+  });
+
+  it('times out a hung attempt and retries it; the caller can abort the intent', async () => {
+    const server = await scripted([() => {}, (res) => res.writeHead(200).end('late')]);
+    try {
+      const answer = await idempotentFetch(
+        server.url,
+        { method: 'POST' },
+        { key: 'k-hung', attemptTimeoutMs: 200, ...quick },
+      );
+      expect([answer.response.status, answer.attempts]).toEqual([200, 2]);
+      const aborted = new AbortController();
+      const hung = await scripted([() => {}]);
+      setTimeout(() => aborted.abort(new Error('user left')), 100);
+      const error = await idempotentFetch(
+        hung.url,
+        { method: 'POST' },
+        { key: 'k-abort', signal: aborted.signal },
+      ).catch((e) => e);
+      expect(error.message).toBe('user left');
+      expect(hung.seen.length).toBe(1);
+      await hung.close();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('requires a key (KEY_REQUIRED), refuses one the header cannot carry (KEY_INVALID) and a body it cannot resend', async () => {
+    const call = (options: unknown, init: RequestInit = {}) =>
+      idempotentFetch('http://127.0.0.1:9/', init, options as { key: string }).catch((e) => e.code);
+    expect(await call({})).toBe('KEY_REQUIRED');
+    expect(await call(undefined)).toBe('KEY_REQUIRED');
+    expect(await call({ key: 'naïve' })).toBe('KEY_INVALID');
+    expect(await call({ key: [] })).toBe('KEY_REQUIRED');
+    expect(
+      await call({ key: 'k' }, { method: 'POST', body: new ReadableStream(), duplex: 'half' } as RequestInit),
+    ).toBe('INVALID_ARGUMENT');
+  });
+
+  it('imports nothing Node-only, so it runs in browsers', () => {
+    const dir = fileURLToPath(new URL('../../src/client', import.meta.url));
+    const sources = readdirSync(dir).map((file) => readFileSync(join(dir, file), 'utf8'));
+    const imports = sources.flatMap((text) => [...text.matchAll(/from '([^']+)'/g)].map((m) => m[1]));
+    expect(imports.filter((name) => name?.startsWith('node:') || !name?.startsWith('.'))).toEqual([]);
+    const core = ['../core/backoff.js', '../core/errors.js', '../core/key.js'];
+    for (const file of core)
+      expect(readFileSync(join(dir, file.replace('.js', '.ts')), 'utf8')).not.toMatch(/from 'node:/);
+  });
+});
+
+describe("createClient().invoke against the host's POST /v1/invoke/:handler", () => {
+  let host: Host;
+  let file: string;
+  let base: string;
+  beforeAll(async () => {
+    file = join(mkdtempSync(join(tmpdir(), 'oncely-client-host-')), 'app.db');
+    host = await openHost(FIXTURE, file);
+    base = `http://127.0.0.1:${await host.start(0)}`;
+  });
+  afterAll(() => host.stop());
+
+  it('creates the note once when the first answer is lost, and gets its data as a replay', async () => {
+    const proxy = await faultProxy({ target: base, plan: [{ nth: 1, fault: 'drop-response' }] });
+    try {
+      const client = createClient({ baseUrl: proxy.url, ...quick });
+      const body = `client-${Date.now()}`;
+      const result = await client.invoke<{ id: string }>(
+        'notes.create',
+        { body },
+        { idempotencyKey: [body, 'create'] },
+      );
+      expect(result.replayed).toBe(true);
+      expect(result.data.id).toEqual(expect.any(String));
+      expect(result.traceId).toEqual(expect.any(String));
+      const db = new Database(file, { readonly: true });
+      const rows = db.prepare('SELECT id FROM notes WHERE body = ?').all(body) as { id: string }[];
+      db.close();
+      expect(rows).toEqual([{ id: result.data.id }]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("throws the handler's own error as InvokeError with its code and status, without retrying it", async () => {
+    const client = createClient({ baseUrl: base, ...quick });
+    const error = await client
+      .invoke('notes.create', { body: 'doomed', fail: true }, { idempotencyKey: `doomed-${Date.now()}` })
+      .catch((e) => e);
+    expect(error).toBeInstanceOf(InvokeError);
+    expect([error.code, error.status]).toEqual(['ASKED_TO_FAIL', 409]);
+  });
+});
