@@ -14,7 +14,9 @@
  *
  * Then the brokers part (bench/brokers.ts): inbox and outbox relay throughput on NATS JetStream,
  * RabbitMQ and Redis Streams, on SQLite and PostgreSQL, beside a bare consumer and a bare relay.
- * BENCH_ONLY=engine, observe, http, flows or brokers runs one
+ *
+ * Then the cluster part (bench/redis-cluster.ts): the Redis store on a local Redis Cluster of 3
+ * masters beside one Redis. BENCH_ONLY=engine, observe, http, flows, brokers or cluster runs one
  * part only.
  *
  * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
@@ -44,6 +46,7 @@ import { httpReport } from './http-report.js';
 import { type MemoryResult, measureMemory } from './memory.js';
 import { type ObserveResult, observeReport, runObserve } from './observe.js';
 import { powertoolsSubject } from './powertools.js';
+import { type ClusterResult, clusterReport, runCluster } from './redis-cluster.js';
 import { redisCpu, runId, scratchDir } from './setup.js';
 
 const CONCURRENCY = 32;
@@ -135,7 +138,7 @@ async function runPlan(plan: Plan): Promise<Result[]> {
   }
 }
 
-const PARTS = ['engine', 'observe', 'http', 'flows', 'brokers'];
+const PARTS = ['engine', 'observe', 'http', 'flows', 'brokers', 'cluster'];
 
 async function main(): Promise<void> {
   if (ONLY !== undefined && !PARTS.includes(ONLY))
@@ -146,7 +149,8 @@ async function main(): Promise<void> {
   const http = ONLY === undefined || ONLY === 'http' ? await runHttp() : undefined;
   const flows = ONLY === undefined || ONLY === 'flows' ? await runFlows() : undefined;
   const brokers = ONLY === undefined || ONLY === 'brokers' ? await runBrokers() : undefined;
-  report(engine, observe, http, flows, brokers, Date.now() - started);
+  const cluster = ONLY === undefined || ONLY === 'cluster' ? await runCluster() : undefined;
+  report(engine, observe, http, flows, brokers, cluster, Date.now() - started);
 }
 
 /** The engine part: every store's plan, and memory per key on SQLite. */
@@ -210,6 +214,7 @@ function report(
   httpRun: HttpRun | undefined,
   flowsResults: FlowsResult[] | undefined,
   brokersResults: BrokersResult[] | undefined,
+  clusterResults: ClusterResult[] | undefined,
   ms: number,
 ): void {
   const part = engine ? engineReport(engine.results, engine.memory) : undefined;
@@ -246,6 +251,7 @@ function report(
     httpFailures: http?.failures,
     flows: flowsResults,
     brokers: brokersResults,
+    cluster: clusterResults,
     checks: checks.map((c) => ({ ...c, pass: c.ratio >= c.min })),
     totalMs: ms,
   };
@@ -254,7 +260,8 @@ function report(
     process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
     return;
   }
-  const sections = [part?.lines, observe?.lines, http?.lines, flows?.lines, brokers?.lines].filter(
+  const cluster = clusterResults ? clusterReport(clusterResults) : undefined;
+  const sections = [part?.lines, observe?.lines, http?.lines, flows?.lines, brokers?.lines, cluster].filter(
     (l): l is string[] => l !== undefined,
   );
   const lines = sections.flatMap((l, k) => (k === 0 ? l : ['', ...l]));
