@@ -103,17 +103,18 @@ function confirmed(text) {
   });
 }
 
-/** Runs a change after its confirmation, says how it went, then redraws the page. */
+/** Runs a change after its confirmation, redraws the page, then says how it went (so what it says matches what is shown). */
 async function act(question, path, body, done) {
   if (!(await confirmed(question))) return say('Cancelled: nothing changed.');
+  let data;
   try {
-    const data = await api(path, { method: 'POST', body: body ?? {} });
-    say(done(data));
+    data = await api(path, { method: 'POST', body: body ?? {} });
   } catch (error) {
     if (!(error instanceof Denied)) say(`Refused: ${error.message}`);
     return;
   }
   await route();
+  say(done(data));
 }
 
 function table(caption, columns, rows, testid) {
