@@ -1,4 +1,5 @@
 import { writeSync } from 'node:fs';
+import { InvalidArgumentError } from '../core/errors.js';
 import { CRASH_WINDOWS, type CrashWindow, type TestHooks } from '../engine/hooks.js';
 
 /** The environment variable a crash test's child reads: the window to die in. */
@@ -19,7 +20,7 @@ export function crashHooks(env: NodeJS.ProcessEnv = process.env): TestHooks | un
   const at = env[CRASH_AT];
   if (!at) return undefined;
   if (!CRASH_WINDOWS.includes(at as CrashWindow))
-    throw new Error(`${CRASH_AT} must be one of ${CRASH_WINDOWS.join(', ')}, got ${at}`);
+    throw new InvalidArgumentError(`${CRASH_AT} must be one of ${CRASH_WINDOWS.join(', ')}, got ${at}`);
   const action = env[CRASH_ACTION];
   return (window, call) => {
     if (window !== at || (action && call.action !== action)) return;

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { CrashWindow } from '../../src/engine/hooks.js';
 import { createOncely, type OncelyError } from '../../src/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
+import { crashHooks } from '../../src/testing/crash-hooks.js';
 import { manualClock } from '../../src/testing/manual-clock.js';
 
 describe('a manual clock drives the engine and the SQLite store', () => {
@@ -85,5 +86,15 @@ describe('test hooks', () => {
     expect(ran).toBe(0);
     expect((await once.get('a', 'k'))?.state).toBe('released');
     await once.close();
+  });
+});
+
+describe('crashHooks', () => {
+  it('is undefined outside a crash test, and refuses a window it does not know with INVALID_ARGUMENT', () => {
+    expect(crashHooks({})).toBeUndefined();
+    expect(() => crashHooks({ ONCELY_CRASH_AT: 'halfway' })).toThrow(
+      expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
+    );
+    expect(typeof crashHooks({ ONCELY_CRASH_AT: 'after-effect' })).toBe('function');
   });
 });
