@@ -17,6 +17,7 @@ import { idempotent } from '../src/fetch/index.js';
 import { idempotency as honoIdempotency } from '../src/hono/index.js';
 import type { Oncely } from '../src/index.js';
 import { idempotency as koaIdempotency } from '../src/koa/index.js';
+import { startNest } from './http-nest.js';
 
 /**
  * Each framework's app, bare or behind its adapter: a new adapter is one row here (and its start
@@ -28,6 +29,7 @@ const APPS = {
   hono: { start: startHono, heavy: false },
   fetch: { start: startFetch, heavy: false },
   koa: { start: startKoa, heavy: true },
+  nestjs: { start: startNest, heavy: true },
 } satisfies Record<string, { start: (once: Oncely | undefined) => Promise<RunningApp>; heavy: boolean }>;
 
 export type Framework = keyof typeof APPS;
@@ -52,7 +54,7 @@ export interface RunningApp {
  * The examples count handler runs per route and key (their tests read it); kept here so the
  * handler does the same work as the example's, in both apps.
  */
-function counter() {
+export function counter() {
   const calls = new Map<string, number>();
   return (name: string) => {
     const n = (calls.get(name) ?? 0) + 1;
