@@ -32,7 +32,7 @@ export type MysqlStoreOptions = ({ uri: string; pool?: undefined } | { pool: Mys
 
 /** Most items in one batched statement. */
 const MAX_BATCH = 500;
-/** Claim and read statements in flight at once, each on a connection of the pool. */
+/** Batches of one kind in flight at once, each on a connection of the pool. */
 const MAX_IN_FLIGHT = 4;
 /** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
 const MAX_INSERT_ROUNDS = 50;
@@ -40,12 +40,6 @@ const MAX_INSERT_ROUNDS = 50;
 const MAX_LOCK_RETRIES = 5;
 
 const idKey = (id: RecordId): string => JSON.stringify([id.tenant, id.action, id.key]);
-
-const compareIds = (a: RecordId, b: RecordId): number => {
-  for (const field of ['tenant', 'action', 'key'] as const)
-    if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
-  return 0;
-};
 
 const sqlState = (error: unknown): string | undefined => {
   const state = (error as { sqlState?: unknown } | null)?.sqlState;
@@ -170,7 +164,7 @@ async function insertSome(
 ): Promise<Map<string, InsertResult>> {
   const answers = new Map<string, InsertResult>();
   // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
-  let pending = inserts.length > 1 ? [...inserts].sort((a, b) => compareIds(a.record, b.record)) : inserts;
+  let pending = inserts.length > 1 ? [...inserts].sort((a, b) => sql.compareIds(a.record, b.record)) : inserts;
   for (let round = 0; pending.length > 0; round++) {
     if (round === MAX_INSERT_ROUNDS)
       throw new Error(`record of key "${pending[0]?.record.key}" vanished ${round} times`);
@@ -325,15 +319,14 @@ export class MysqlStore implements RecordStore {
     this.uri = options.uri;
     this.names = sql.names(database, table);
     if (!batch) return;
-    const batching = { maxBatch: MAX_BATCH, isolate: isItemError };
-    // Claims and reads of several batches may be in flight at once: InnoDB commits concurrent
-    // statements with one log flush, and callers stop moving in lockstep behind one statement.
-    // Writes stay one batch at a time, so two writes to one id apply in the order they were made.
-    const overlapping = { ...batching, maxInFlight: MAX_IN_FLIGHT };
-    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), overlapping);
-    // Two writes to one id in one statement would both check the same old row; the second waits its turn.
+    // Several batches may be in flight at once, each on a connection: InnoDB commits concurrent
+    // transactions with one log flush, and callers stop moving in lockstep behind one statement.
+    // Two writes to one id may then apply in either order; each is checked against the row as it is then.
+    const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT, isolate: isItemError };
+    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), batching);
+    // Two writes to one id in one statement would both check the same old row; the second waits for another.
     this.updates = new Batcher((items) => this.updateBatch(items), { ...batching, distinct: (item) => idKey(item.id) });
-    this.gets = new Batcher((ids) => this.getBatch(ids), overlapping);
+    this.gets = new Batcher((ids) => this.getBatch(ids), batching);
   }
 
   /** Creates or upgrades the table; memoized, and retried on the next call when it failed. */
