@@ -161,15 +161,29 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       const { samples } = (await series.json()).data;
       expect(samples.length).toBeGreaterThanOrEqual(1);
       expect(samples[0].at % 60_000).toBe(0);
+      // How many duplicates were stopped this hour: the totals now less those of the hour's oldest sample.
+      const hour = (
+        await (
+          await fetch(`${serve.base}/v1/admin/series?window=1h`, { headers: { authorization: `Bearer ${TOKEN}` } })
+        ).json()
+      ).data.samples;
+      const stopped = stats.rateTotals.duplicatesIntercepted - hour[0].rateTotals.duplicatesIntercepted;
+      expect(await text('[data-testid=stopped]')).toBe(`${stopped} duplicates stopped in the last hour, 0 let through`);
       await shot('overview');
       // The keyboard's first stop is the skip link, then the pages.
       await page.keyboard.press('Tab');
       expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Skip to the content');
       await page.keyboard.press('Tab');
       expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Overview');
-      // Live: a new order shows up without a reload.
       const before = Number(await text('[data-count="records.succeeded"]'));
-      await post(serve.base, '/v1/invoke/orders.create', { orderId: 'ORD-LIVE', sku: 'TEA-1' });
+      // Live: a new order, sent twice, shows up without a reload, its duplicate stopped.
+      for (let i = 0; i < 2; i++)
+        await post(serve.base, '/v1/invoke/orders.create', { orderId: 'ORD-LIVE', sku: 'TEA-1' });
+      await page
+        .locator('[data-testid=stopped]', {
+          hasText: `${stopped + 1} duplicates stopped in the last hour, 0 let through`,
+        })
+        .waitFor({ timeout: 12_000 });
       await page
         .locator('[data-count="records.succeeded"]', { hasText: String(before + 1) })
         .waitFor({ timeout: 12_000 });

@@ -169,6 +169,17 @@ function sparkline(samples, name, label) {
   return svg;
 }
 
+/** Duplicates answered without executing since the oldest sample of the last hour (the totals grow only). */
+function stoppedLastHour(now, samples) {
+  if (samples.length === 0) return h('p', { text: 'duplicates stopped in the last hour: no sample yet' });
+  const stopped = now.duplicatesIntercepted - samples[0].rateTotals.duplicatesIntercepted;
+  const passed = now.duplicates - samples[0].rateTotals.duplicates - stopped;
+  return h('p', {
+    'data-testid': 'stopped',
+    text: `${stopped} duplicates stopped in the last hour, ${passed} let through`,
+  });
+}
+
 const RATES = [
   ['duplicateInterception', 'Duplicate interception'],
   ['keyHit', 'Key hit'],
@@ -214,6 +225,7 @@ async function overview() {
           ? 'no target'
           : `target at least ${percent(target)}: ${met === null ? 'nothing counted yet' : met ? 'met' : 'NOT met'}`,
       ),
+      name === 'duplicateInterception' ? stoppedLastHour(stats.rateTotals, hour.samples) : null,
       h('figure', {}, sparkline(hour.samples, name, `${label}, last hour`), h('figcaption', { text: 'last hour' })),
       h('figure', {}, sparkline(day.samples, name, `${label}, last day`), h('figcaption', { text: 'last day' })),
     );
