@@ -83,7 +83,15 @@ beforeAll(() => {
   blocks.forEach((b, i) => {
     writeFileSync(join(dir, file(i)), `// README.md, section "${b.section}"\n${b.code}`);
   });
-  const compilerOptions = { module: 'node16', target: 'es2022', strict: true, noEmit: true, skipLibCheck: true };
+  // Legacy decorators, as NestJS apps compile them (the NestJS section's controller).
+  const compilerOptions = {
+    module: 'node16',
+    target: 'es2022',
+    strict: true,
+    noEmit: true,
+    skipLibCheck: true,
+    experimentalDecorators: true,
+  };
   writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, include: ['*.ts'] }));
 });
 
