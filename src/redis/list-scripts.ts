@@ -50,15 +50,19 @@ local function read(value)
   if type(value) ~= 'string' then return nil end
   return string.match(value, '^o[12]|([^|]*)|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
 end
--- Whether a record of ours fits the filters but its state.
-local function fits(m, updated)
-  if before and tonumber(updated) > before then return false end
+-- Whether a member's tenant and action fit the filters (read from the key alone).
+local function named(m)
   if want_tenant == '' and want_action == '' then return true end
   local tenant, action = split(m)
   if not tenant then return false end
   if want_tenant ~= '' and '=' .. tenant ~= want_tenant then return false end
   if want_action ~= '' and '=' .. action ~= want_action then return false end
   return true
+end
+-- Whether a record of ours fits the filters but its state.
+local function fits(m, updated)
+  if before and tonumber(updated) > before then return false end
+  return named(m)
 end
 `;
 
@@ -136,16 +140,25 @@ return { cursor, pending, out }
  */
 export const LIST_SCAN = script(`${FILTERS}
 local out, pending, n, fitted = {}, {}, 0, 0
-local function take(m, value)
+-- Without a state filter the key's own tenant and action are checked first, so a key of another
+-- tenant or action costs no GET; with one, the state (one GET and a match) first, which rules out
+-- more keys than the tenant and action cost to read.
+local early = want_state == ''
+local function take(m, k)
+  if early and not named(m) then return end
+  local value = redis.pcall('GET', k)
   local state, updated = read(value)
-  if not state or (want_state ~= '' and state ~= want_state) or not fits(m, updated) then return end
+  if not state or (not early and state ~= want_state) then return end
+  if early then
+    if before and tonumber(updated) > before then return end
+  elseif not fits(m, updated) then return end
   fitted = fitted + 1
   if n == limit then pending[#pending + 1] = m; return end
   out[#out + 1] = m
   out[#out + 1] = value
   n = n + 1
 end
-for i = 8, #ARGV do take(ARGV[i], redis.pcall('GET', prefix .. 'r:' .. ARGV[i])) end
+for i = 8, #ARGV do take(ARGV[i], prefix .. 'r:' .. ARGV[i]) end
 fitted = 0
 local pattern = glob(prefix .. 'r:' .. ARGV[7]) .. '*'
 local cursor, visited = ARGV[6], 0
@@ -155,7 +168,7 @@ while cursor ~= '' and n < limit and visited < ${SCAN_BUDGET} do
   visited = visited + count
   cursor = found[1]
   if cursor == '0' then cursor = '' end
-  for _, k in ipairs(found[2]) do take(string.sub(k, skip), redis.pcall('GET', k)) end
+  for _, k in ipairs(found[2]) do take(string.sub(k, skip), k) end
 end
 return { cursor, pending, out }
 `);
