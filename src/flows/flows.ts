@@ -1,4 +1,5 @@
 import { sleep } from '../core/backoff.js';
+import { type Clock, systemClock } from '../core/clock.js';
 import { type Duration, toMs } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
@@ -28,6 +29,8 @@ export interface FlowsOptions extends ObserveOptions {
   lease?: Duration;
   /** How often an idle worker looks for work. Default '200ms'. */
   poll?: Duration;
+  /** What starts, leases and due times are judged by (a test's manual clock); timers stay real. Default the system clock. */
+  clock?: Clock;
 }
 
 /** A flow as stored, for `list`, `show` and `result`. */
@@ -91,6 +94,7 @@ export class Flows {
   private readonly observer: Observer;
   private readonly byName = new Map<string, AnyFlow>();
   private readonly work: WorkQueue<ClaimedFlow>;
+  private readonly clock: Clock;
   private readonly pollMs: number;
   private readonly concurrency: number;
   private readonly running = new Map<string, Promise<void>>();
@@ -102,7 +106,11 @@ export class Flows {
 
   constructor(private readonly options: FlowsOptions) {
     for (const flow of options.flows) this.byName.set(flow.name, flow);
-    this.work = new WorkQueue(options.db, FLOW_WORK, { leaseMs: toMs(options.lease ?? '30s', 'lease') });
+    this.clock = options.clock ?? systemClock;
+    this.work = new WorkQueue(options.db, FLOW_WORK, {
+      leaseMs: toMs(options.lease ?? '30s', 'lease'),
+      clock: this.clock,
+    });
     this.pollMs = toMs(options.poll ?? '200ms', 'poll');
     this.concurrency = options.concurrency ?? 16;
     this.observer = new Observer(options);
@@ -128,7 +136,7 @@ export class Flows {
     const bizId = keyFrom(...values);
     const workflowId = validateKey(`${flow.name}-${bizId}`);
     const hash = fingerprint(input);
-    const now = Date.now();
+    const now = this.clock.now();
     const sql = options.tx ?? this.options.db;
     const created = await run(sql, q.insertFlow(workflowId, flow.name, bizId, JSON.stringify(input), hash, now));
     if (created === 0) {
@@ -151,7 +159,7 @@ export class Flows {
   /** Delivers a signal to a flow (NOT_FOUND if there is none); a signal id seen before is ignored. Returns whether it was new. */
   async signal(workflowId: string, name: string, payload: unknown, options: { signalId: string }): Promise<boolean> {
     validateKey(options?.signalId);
-    const now = Date.now();
+    const now = this.clock.now();
     const created = await this.options.db.transaction(async (tx) => {
       // The flow's row first: a worker deciding to wait then reads this signal, or waits for this
       // transaction and is woken by it (without the lock, both could miss each other and the flow
@@ -239,7 +247,7 @@ export class Flows {
 
   /** Resumes a failed flow from its failed step (completed steps are not run again). */
   async retry(workflowId: string): Promise<boolean> {
-    const now = Date.now();
+    const now = this.clock.now();
     const resumed = await this.options.db.transaction(async (tx) => {
       const changed = await run(tx, q.retryFailed(workflowId, now));
       if (changed === 1) await run(tx, q.deleteFailedSteps(workflowId));
@@ -260,7 +268,7 @@ export class Flows {
     const changed = await run(this.options.db, {
       text: `UPDATE oncely_flows SET status = 'cancelled', wake_at = NULL, fence = fence + 1, updated_at = ?
         WHERE workflow_id = ? AND status IN ('pending', 'waiting')`,
-      values: [Date.now(), workflowId],
+      values: [this.clock.now(), workflowId],
     });
     return changed === 1;
   }
@@ -306,7 +314,7 @@ export class Flows {
   private async claim(n: number): Promise<number> {
     const names = [...this.byName.keys()];
     if (names.length === 0) return 0;
-    const claims = await this.work.claim(n, runnable(names, Date.now()));
+    const claims = await this.work.claim(n, runnable(names, this.clock.now()));
     for (const claim of claims) this.launch(claim);
     return claims.length;
   }

@@ -1,4 +1,5 @@
 import { backoffDelay } from '../core/backoff.js';
+import { type Clock, systemClock } from '../core/clock.js';
 import { OncelyError } from '../core/errors.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Held, Kept } from './renewal.js';
@@ -24,6 +25,8 @@ export interface WorkOptions {
   baseDelayMs?: number;
   /** Longest delay before a failed row is due again; default 60_000. */
   maxDelayMs?: number;
+  /** What leases, due times and backoff are judged by (a test's manual clock); renewals still run on real timers. Default the system clock. */
+  clock?: Clock;
 }
 
 /** What happens to a failed claim: dead-lettered, or due again at `nextAttemptAt`. */
@@ -50,6 +53,7 @@ export class WorkQueue<R> {
   private readonly maxAttempts: number;
   private readonly baseDelayMs: number;
   private readonly maxDelayMs: number;
+  private readonly clock: Clock;
 
   constructor(
     private readonly db: Db,
@@ -60,18 +64,19 @@ export class WorkQueue<R> {
     this.maxAttempts = positive(options.maxAttempts ?? Number.POSITIVE_INFINITY, 'maxAttempts');
     this.baseDelayMs = positive(options.baseDelayMs ?? 500, 'baseDelayMs');
     this.maxDelayMs = positive(options.maxDelayMs ?? 60_000, 'maxDelayMs');
+    this.clock = options.clock ?? systemClock;
   }
 
   /** Claims up to `n` rows of `scope` in one statement; each comes back with its new fence. */
   async claim(n: number, scope: q.ClaimScope, sql: Sql = this.db): Promise<Claim<R>[]> {
-    const now = Date.now();
+    const now = this.clock.now();
     const { text, values } = q.claim(this.table, sql.dialect, scope, now, now + this.leaseMs, n);
     return this.claimed(await sql.all<Record<string, unknown>>(text, values));
   }
 
   /** Claims the row with this key if it is `ready` (or its holder's lease ran out); null if not. */
   async claimRow(key: readonly unknown[], ready: q.Statement, sql: Sql = this.db): Promise<Claim<R> | null> {
-    const now = Date.now();
+    const now = this.clock.now();
     const { text, values } = q.claimRow(this.table, key, ready, now, now + this.leaseMs);
     return this.claimed(await sql.all<Record<string, unknown>>(text, values))[0] ?? null;
   }
@@ -87,8 +92,10 @@ export class WorkQueue<R> {
 
   /** Renews the claim's lease on the process's one renewal timer until `stop()`. */
   keep(claim: Claim<R>): Held {
-    return new Kept(this.leaseMs, async (leaseUntil) => {
-      const { text, values } = q.renew(this.table, claim.key, claim.fence, leaseUntil, Date.now());
+    // The lease is extended from this queue's clock, as the claim's was; the timer is real.
+    return new Kept(this.leaseMs, async () => {
+      const now = this.clock.now();
+      const { text, values } = q.renew(this.table, claim.key, claim.fence, now + this.leaseMs, now);
       return (await this.db.run(text, values)) > 0;
     });
   }
@@ -98,18 +105,18 @@ export class WorkQueue<R> {
    * another worker claimed the row since. Work that commits with the row's outcome does this first.
    */
   async hold(sql: Sql, claim: Claim<R>): Promise<boolean> {
-    const { text, values } = q.hold(this.table, claim.key, claim.fence, Date.now());
+    const { text, values } = q.hold(this.table, claim.key, claim.fence, this.clock.now());
     return (await sql.run(text, values)) > 0;
   }
 
   /** Ends the claim with `status` and the table's own columns; false (nothing written) if it no longer holds. */
   async complete(sql: Sql, claim: Claim<R>, status: string, set: Record<string, unknown> = {}): Promise<boolean> {
-    const { text, values } = q.settle(this.table, claim.key, claim.fence, status, set, Date.now());
+    const { text, values } = q.settle(this.table, claim.key, claim.fence, status, set, this.clock.now());
     return (await sql.run(text, values)) > 0;
   }
 
   /** What a failure of this claim leads to: full-jitter backoff, or the dead letters after maxAttempts. */
-  plan(claim: Claim<R>, now = Date.now()): RetryPlan {
+  plan(claim: Claim<R>, now = this.clock.now()): RetryPlan {
     const dead = claim.attempts >= this.maxAttempts;
     return {
       dead,
@@ -126,14 +133,14 @@ export class WorkQueue<R> {
       plan.dead,
       plan.nextAttemptAt,
       error,
-      Date.now(),
+      this.clock.now(),
     );
     return (await sql.run(text, values)) > 0;
   }
 
   /** Gives an unstarted claim back (a worker shutting down): due at once, the attempt not counted. */
   async release(sql: Sql, claim: Claim<R>): Promise<boolean> {
-    const { text, values } = q.release(this.table, claim.key, claim.fence, Date.now());
+    const { text, values } = q.release(this.table, claim.key, claim.fence, this.clock.now());
     return (await sql.run(text, values)) > 0;
   }
 }
