@@ -1,7 +1,7 @@
 export type { Approval, ApprovalStatus } from './approvals.js';
 export { Credits } from './credits.js';
 export type { DeliveryState, NextAction, ToolEnvelope } from './envelope.js';
-export { createRegistry, describeTools, type ToolDescription } from './registry.js';
+export { createRegistry, describeTool, describeTools, modelDescription, type ToolDescription } from './registry.js';
 export {
   AgentRuntime,
   type AgentRuntimeOptions,
@@ -13,6 +13,8 @@ export {
   type AnyTool,
   defineTool,
   isDestructive,
+  type ReadContext,
+  type ReadToolDeclaration,
   type Tool,
   type ToolContext,
   type ToolDeclaration,
