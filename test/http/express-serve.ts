@@ -1,7 +1,8 @@
+import { createServer, type RequestListener } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Express } from 'express';
 import { inject } from 'light-my-request';
-import type { RunningApp, SuiteRequest, SuiteResponse } from './suite.js';
+import { type RunningApp, readResponse, type SuiteRequest, type SuiteResponse } from './suite.js';
 
 /**
  * light-my-request re-parents Express's request and response prototypes, which every Express app
@@ -23,12 +24,20 @@ export function isolate(app: Express): Express {
 }
 
 /** Serves an Express app in process (light-my-request) or on a real port (fetch). */
-export async function serve(app: Express, listen: boolean): Promise<Omit<RunningApp, 'calls'> & { base: string }> {
+export function serve(app: Express, listen: boolean): Promise<Served> {
+  return serveListener(listen ? app : isolate(app), listen);
+}
+
+/** A running server of the suite, with its base URL ('' in process). */
+export type Served = Omit<RunningApp, 'calls'> & { base: string };
+
+/** Serves any Node request listener (Express, Koa's callback) in process (light-my-request) or on a real port. */
+export async function serveListener(listener: RequestListener, listen: boolean): Promise<Served> {
   if (!listen) {
     return {
       base: '',
       async request({ method, path, headers, body }: SuiteRequest): Promise<SuiteResponse> {
-        const res = await inject(isolate(app), {
+        const res = await inject(listener, {
           method: method as 'POST',
           url: path,
           headers,
@@ -42,22 +51,14 @@ export async function serve(app: Express, listen: boolean): Promise<Omit<Running
       close: async () => {},
     };
   }
-  const server = app.listen(0, '127.0.0.1');
+  const server = createServer(listener).listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', resolve));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     base,
     async request({ method, path, headers, body }: SuiteRequest): Promise<SuiteResponse> {
-      const res = await fetch(`${base}${path}`, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const flat: Record<string, string> = {};
-      res.headers.forEach((value, name) => {
-        flat[name] = value;
-      });
-      return { status: res.status, headers: flat, body: await res.text() };
+      const init = { method, headers, body: body === undefined ? undefined : JSON.stringify(body) };
+      return readResponse(await fetch(`${base}${path}`, init));
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -1,14 +1,6 @@
 import { type ServerType, serve } from '@hono/node-server';
 import { createApp } from '../../examples/fetch.js';
-import { describeHttpSuite, type HttpHarness, type SuiteResponse } from './suite.js';
-
-async function read(res: Response): Promise<SuiteResponse> {
-  const headers: Record<string, string> = {};
-  res.headers.forEach((value, name) => {
-    headers[name] = value;
-  });
-  return { status: res.status, headers, body: await res.text() };
-}
+import { describeBodyLimits, describeHttpSuite, type HttpHarness, readResponse } from './suite.js';
 
 /** In process: the handler is called with a `Request` directly, as Next.js, Bun or a Worker calls it. */
 const harness: HttpHarness = {
@@ -26,7 +18,9 @@ const harness: HttpHarness = {
       calls,
       async request({ method, path, headers, body }) {
         const init = { method, headers, body: body === undefined ? undefined : JSON.stringify(body) };
-        return read(listen ? await fetch(`${base}${path}`, init) : await handle(new Request(`${base}${path}`, init)));
+        return readResponse(
+          listen ? await fetch(`${base}${path}`, init) : await handle(new Request(`${base}${path}`, init)),
+        );
       },
       close: () => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())),
     };
@@ -34,3 +28,15 @@ const harness: HttpHarness = {
 };
 
 describeHttpSuite('fetch', harness);
+
+describeBodyLimits('fetch', async (once) => {
+  const { fetch: handle } = createApp({ once });
+  let server: ServerType | undefined;
+  const port = await new Promise<number>((resolve) => {
+    server = serve({ fetch: handle, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+  });
+  return {
+    base: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())),
+  };
+});

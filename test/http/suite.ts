@@ -25,6 +25,15 @@ export interface SuiteResponse {
   body: string;
 }
 
+/** A fetch Response as the suite compares it. */
+export async function readResponse(res: Response): Promise<SuiteResponse> {
+  const headers: Record<string, string> = {};
+  res.headers.forEach((value, name) => {
+    headers[name] = value;
+  });
+  return { status: res.status, headers, body: await res.text() };
+}
+
 /** A running example app: in process (the framework's own injection) or behind a real listening server. */
 export interface RunningApp {
   request(request: SuiteRequest): Promise<SuiteResponse>;
@@ -392,4 +401,44 @@ export function describeHttpSuite(framework: string, harness: HttpHarness): void
           ).toBeUndefined();
         });
       });
+}
+
+/**
+ * For adapters that read request bodies themselves: a chunked 20 MiB body is cut at maxBodyBytes
+ * and a declared one refused before it is read, both 413, on a real server on SQLite.
+ */
+export function describeBodyLimits(
+  framework: string,
+  listen: (once: Oncely) => Promise<{ base: string; close(): Promise<void> }>,
+): void {
+  describe(`${framework} request bodies on a real server`, () => {
+    let once: Oncely;
+    let server: { base: string; close(): Promise<void> };
+    beforeAll(async () => {
+      once = await createOncely({ store: sqliteStore({ path: ':memory:' }) });
+      server = await listen(once);
+    });
+    afterAll(async () => {
+      await server.close();
+      await once.close();
+    });
+    const headers = (key: string) => ({ 'content-type': 'application/json', 'idempotency-key': key });
+    const total = 20 * 1024 * 1024;
+
+    it('defect 11.3: a chunked 20 MiB body gets 413 REQUEST_TOO_LARGE once past maxBodyBytes, not read whole', async () => {
+      const answer = await postChunked(`${server.base}/orders`, total, { headers: headers(fresh('chunked')) });
+      // Answered while most of the body was still unsent: the server stopped reading near the limit.
+      expect(answer.sent).toBeLessThan(total / 2);
+      expect([answer.status, JSON.parse(answer.body).code]).toEqual([413, 'REQUEST_TOO_LARGE']);
+    });
+
+    it('defect 11.3: a declared Content-Length over maxBodyBytes gets 413 before a byte of the body is read', async () => {
+      const answer = await postChunked(`${server.base}/orders`, total, {
+        headers: headers(fresh('declared')),
+        declare: true,
+      });
+      expect(answer.sent).toBeLessThan(total / 2);
+      expect([answer.status, JSON.parse(answer.body).code]).toEqual([413, 'REQUEST_TOO_LARGE']);
+    });
+  });
 }
