@@ -7,13 +7,13 @@ import { ERRORS, OncelyError } from '../core/errors.js';
 import { Metrics } from '../core/metrics.js';
 import { Observer } from '../core/observer.js';
 import { contextFromHeaders, endSpan, startSpan, withContext } from '../core/tracing.js';
+import { dashboardShell } from '../dashboard/shell.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
 import type { Db } from '../db/types.js';
 import { type ClaimIn, createOncely, type Oncely } from '../engine/engine.js';
 import type { TestHooks } from '../engine/hooks.js';
 import type { ReconcileOptions, ReconcileReport } from '../engine/reconcile.js';
 import { createFlows, type Flows } from '../flows/flows.js';
-import { dashboardShell } from '../dashboard/shell.js';
 import type { HttpResponse } from '../http/response.js';
 import { adminRoutes } from '../ops/admin.js';
 import { adminMigrations } from '../ops/admin-audit.js';
@@ -83,7 +83,7 @@ export interface HostOptions {
   metrics?: Metrics;
   /** The admin API's bearer token; default `ONCELY_ADMIN_TOKEN`; with neither, the admin API answers loopback clients only. */
   adminToken?: string;
-  /** The engine's clock (a test's manual clock); the host's queues and the database keep their own. */
+  /** The clock of the engine and the flows (a test's manual clock); the event queue and the outbox keep the system's. */
   clock?: Clock;
   /** Test only (oncely/testing's crash windows): the engine's hooks at each window of each execution. */
   hooks?: TestHooks;
@@ -133,7 +133,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
 
   // Flows share the app's database, so a handler's flows.start commits with the handler.
   const flows =
-    app.flows.length > 0 ? await createFlows({ db, flows: app.flows, logger, onDecision, metrics }) : undefined;
+    app.flows.length > 0 ? await createFlows({ db, flows: app.flows, logger, onDecision, metrics, clock }) : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
     return (
