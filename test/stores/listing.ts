@@ -324,13 +324,9 @@ export function describeListing(
         expect((await store.insertOrGet(unknown(key, { key }))).inserted).toBe(true);
 
       // Side by side, so a store that batches concurrent writes (PostgreSQL) writes settlements in one statement.
+      // A TTL of an hour: the listings below may take seconds on a loaded machine, and 'paid' must still replay after them.
       const [paid] = await Promise.all([
-        once.resolve(
-          act,
-          'paid',
-          { value: { charge: 'ch_1' } },
-          { by: 'alice', note: 'PSP ref 77 "quoted" {x}', ttl: '300ms' },
-        ),
+        once.resolve(act, 'paid', { value: { charge: 'ch_1' } }, { by: 'alice', note: 'PSP ref 77 "quoted" {x}' }),
         once.resolve(act, 'declined', { error: { message: 'card declined', code: 'DECLINED' } }, { by: 'bob' }),
         once.resolve(act, 'again', 'retry'),
       ]);
@@ -350,21 +346,33 @@ export function describeListing(
       expect(
         (await store.list({ action: act, state: 'failed', limit: 10 })).records.map((r) => r.settlement?.by),
       ).toEqual(['bob']);
-      // The stored value replays, settled; a released key runs again and keeps its settlement while in flight.
+      // The stored value replays, settled.
       expect(await once.run({ action: act, key: 'paid', input: { key: 'paid' } }, () => 'ran')).toMatchObject({
         replayed: true,
         value: { charge: 'ch_1' },
       });
 
-      // An expired key is a new intent: its new life carries no settlement of the old one.
-      await sleep(400);
-      const fresh = await once.run({ action: act, key: 'paid', input: { key: 'paid' } }, () => 'ran');
+      // An expired key is a new intent: its new life carries no settlement of the old one. Its own
+      // key, resolved only now with a short TTL, and run again once its expiry has surely passed
+      // (waited from the expiresAt it was given, however long the writes took).
+      expect((await store.insertOrGet(unknown('lapsed', { key: 'lapsed' }))).inserted).toBe(true);
+      const lapsed = await once.resolve(act, 'lapsed', { value: 'old' }, { by: 'carol', note: 'n', ttl: '200ms' });
+      expect(lapsed).toMatchObject({ state: 'succeeded', settlement: { by: 'carol', answer: 'value', note: 'n' } });
+      expect(lapsed.expiresAt).toBeGreaterThan(now);
+      await sleep(Math.max(0, (lapsed.expiresAt as number) - Date.now()) + 200);
+      const fresh = await once.run({ action: act, key: 'lapsed', input: { key: 'lapsed' } }, () => 'ran');
       expect(fresh).toMatchObject({ replayed: false, value: 'ran' });
       expect(fresh.record).not.toHaveProperty('settlement');
-      expect(await once.get(act, 'paid')).not.toHaveProperty('settlement');
-      expect((await store.get({ tenant: 'acme', action: act, key: 'paid' }))?.settlement).toBeUndefined();
+      expect(await once.get(act, 'lapsed')).not.toHaveProperty('settlement');
+      expect((await store.get({ tenant: 'acme', action: act, key: 'lapsed' }))?.settlement).toBeUndefined();
       const after = await store.list({ action: act, state: 'succeeded', limit: 10 });
-      expect(after.records.map((r) => [r.key, r.settlement])).toEqual([['paid', undefined]]);
+      const byKey = after.records
+        .map((r) => [r.key, r.settlement])
+        .sort(([a], [b]) => String(a).localeCompare(String(b)));
+      expect(byKey).toEqual([
+        ['lapsed', undefined],
+        ['paid', paid.settlement],
+      ]);
     }, 30_000);
   });
 }
