@@ -113,7 +113,8 @@ export const readSteps = (workflowId: string): Statement => ({
 
 /**
  * A step's outcome; the first writer wins. `result` or `error` is null. The status is written in
- * the text (from a closed set), so each outcome is one prepared statement.
+ * the text (from a closed set), so each outcome is one prepared statement. `run` is the flow's
+ * claim count as the step is written (one statement, no extra round trip).
  */
 export const insertStep = (
   workflowId: string,
@@ -125,9 +126,10 @@ export const insertStep = (
   startedAt: number,
   now: number,
 ): Statement => ({
-  text: `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, error, attempts, started_at, completed_at)
-    VALUES (?, ?, '${status}', ?, ?, ?, ?, ?) ON CONFLICT (workflow_id, step_id) DO NOTHING`,
-  values: [workflowId, stepId, result, error, attempts, startedAt, now],
+  text: `INSERT INTO oncely_flow_steps (workflow_id, step_id, status, result, error, attempts, started_at, completed_at, run)
+    VALUES (?, ?, '${status}', ?, ?, ?, ?, ?, (SELECT runs FROM oncely_flows WHERE workflow_id = ?))
+    ON CONFLICT (workflow_id, step_id) DO NOTHING`,
+  values: [workflowId, stepId, result, error, attempts, startedAt, now, workflowId],
 });
 
 /** A wait's start, so its deadline is the same on every replay. */

@@ -59,6 +59,11 @@ const AGE_INDEXES = [
   'CREATE INDEX IF NOT EXISTS oncely_flows_status ON oncely_flows (status, created_at, workflow_id)',
 ];
 
+// The flow's claim count when a step's outcome was written: a step stored by a run before the
+// flow's last one was answered from its memo on the later runs (the dashboard labels it memoized).
+// Null on rows written before this version.
+const ADD_STEP_RUN = 'ALTER TABLE oncely_flow_steps ADD COLUMN run INTEGER';
+
 /** The flows' versioned tables. */
 export const flowMigrations: Migrations = {
   component: 'flows',
@@ -66,6 +71,7 @@ export const flowMigrations: Migrations = {
     { version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES },
     { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
     { version: 3, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
+    { version: 4, sqlite: ADD_STEP_RUN, postgres: ADD_STEP_RUN },
   ],
 };
 

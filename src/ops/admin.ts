@@ -46,6 +46,7 @@ import {
   listEvents,
   listFlowRuns,
 } from './admin-lists.js';
+import { withTimeline } from './admin-timeline.js';
 import { listFindings } from './duplicates.js';
 import { overview } from './overview.js';
 import { storedResult } from './record-result.js';
@@ -303,7 +304,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
     const workflowId = idOf(req.c.req.param('id') ?? '', 'the workflow id');
     const flow = flows ? await flows.show(workflowId) : null;
     if (!flow) refuse('NOT_FOUND', `no flow ${workflowId}${flows ? '' : ' (this app has no flows)'}`);
-    return flow;
+    return withTimeline(db, flow);
   });
   const flowChange = (verb: 'retry' | 'cancel') =>
     change(`/flows/:id/${verb}`, `flows.${verb}`, async (req) => {

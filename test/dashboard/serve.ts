@@ -115,7 +115,7 @@ export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db)
   for (const [orderId, key] of [
     ['ORD-U1', CHARGE_KEY],
     ['ORD-U2', CLI_KEY],
-  ]) {
+  ] as const) {
     const victim = await startServe(db, ledgerUp);
     const headers = { 'idempotency-key': key };
     void post(victim.base, '/v1/invoke/pay.charge', { orderId, hang: true }, headers).catch(() => undefined);
@@ -158,7 +158,7 @@ export async function makeData(base: string, rows: Db, ledgerUp: string): Promis
   for (const [orderId, key] of [
     ['ORD-U1', CHARGE_KEY],
     ['ORD-U2', CLI_KEY],
-  ]) {
+  ] as const) {
     const unknown = await until(
       () => post(base, '/v1/invoke/pay.charge', { orderId, hang: true }, { 'idempotency-key': key }),
       (r) => r.status !== 409 || r.json.error?.code === 'OUTCOME_UNKNOWN',

@@ -483,9 +483,14 @@ async function flows(params) {
   ];
 }
 
+// The labels the admin API derives from the stored rows (src/ops/admin-timeline.ts).
 function stepLabel(s) {
-  const retried = s.attempts > 1 ? `, retried (${s.attempts} attempts)` : '';
-  return `${s.status}${retried}`;
+  const labels = [s.compensation ? `compensation ${s.status}` : s.status];
+  if (s.memoized) labels.push(`memoized (stored by run ${s.run}, not run again)`);
+  else if (s.memoized === false && s.status === 'completed') labels.push(`executed in run ${s.run}`);
+  if (s.retried) labels.push(`retried (${s.attempts} attempts)`);
+  if (s.compensated) labels.push('compensated');
+  return labels.join(', ');
 }
 
 async function flow(id) {

@@ -1,9 +1,12 @@
 import { existsSync } from 'node:fs';
 import { defineFlow } from '../../../../src/flows/index.js';
 
-/** Reserves, then labels: with `failShip` the label step fails (two attempts) while the file DASH_LEDGER_UP names is missing. */
+/** Reserves (released on a final failure), then labels: with `failShip` the label step fails (two attempts) while the file DASH_LEDGER_UP names is missing. */
 export default defineFlow('ship', { seed: ['orderId'] }, async (run, input: { orderId: string; failShip: boolean }) => {
-  const reserved = await run.step('reserve', (s) => ({ key: s.idempotencyKey }));
+  // Released again when the flow fails for good: the timeline shows the reservation as compensated.
+  const reserved = await run.step('reserve', (s) => ({ key: s.idempotencyKey }), {
+    compensate: (value) => ({ released: value }),
+  });
   await run.step(
     'label',
     () => {
