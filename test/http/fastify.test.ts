@@ -10,7 +10,8 @@ import { createOncely, type Oncely, type RecordStore } from '../../src/index.js'
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
-import { describeHttpSuite, type HttpHarness, postChunked, type SuiteResponse } from './suite.js';
+import { postChunked } from './bodies.js';
+import { describeHttpSuite, type HttpHarness, type SuiteResponse } from './suite.js';
 
 async function read(res: Response): Promise<SuiteResponse> {
   const headers: Record<string, string> = {};

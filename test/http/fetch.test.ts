@@ -1,6 +1,7 @@
 import { type ServerType, serve } from '@hono/node-server';
 import { createApp } from '../../examples/fetch.js';
-import { describeBodyLimits, describeHttpSuite, type HttpHarness, readResponse } from './suite.js';
+import { describeBodyLimits } from './bodies.js';
+import { describeHttpSuite, type HttpHarness, readResponse } from './suite.js';
 
 /** In process: the handler is called with a `Request` directly, as Next.js, Bun or a Worker calls it. */
 const harness: HttpHarness = {

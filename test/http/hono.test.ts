@@ -1,6 +1,7 @@
 import { type ServerType, serve } from '@hono/node-server';
 import { createApp } from '../../examples/hono.js';
-import { describeBodyLimits, describeHttpSuite, type HttpHarness, readResponse } from './suite.js';
+import { describeBodyLimits } from './bodies.js';
+import { describeHttpSuite, type HttpHarness, readResponse } from './suite.js';
 
 const harness: HttpHarness = {
   async start({ once, listen, middleware }) {

@@ -1,6 +1,7 @@
 import { createApp } from '../../examples/koa.js';
+import { describeBodyLimits } from './bodies.js';
 import { serveListener } from './express-serve.js';
-import { describeBodyLimits, describeHttpSuite, type HttpHarness } from './suite.js';
+import { describeHttpSuite, type HttpHarness } from './suite.js';
 
 /** In process through light-my-request on Koa's own callback; listening on a real port. */
 const harness: HttpHarness = {
