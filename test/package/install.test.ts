@@ -26,9 +26,25 @@ const ENTRIES: Record<string, string | null> = {
   'oncely/agent/ai-sdk': 'ai',
   'oncely/prometheus': null, // prom-client is a dependency: `oncely serve` answers GET /metrics
   'oncely/brokers': null, // each broker's client is imported when its source or target connects
+  'oncely/fetch': null,
+  'oncely/koa': null, // types only; the app brings koa
+  'oncely/nestjs': '@nestjs/core', // with @nestjs/common, rxjs and reflect-metadata, as any Nest app has
+  'oncely/client': null,
 };
 /** What a user installs beside oncely to use every entry point (and to type-check with tsc). */
-const PEERS = ['pg', 'ioredis', 'express', 'fastify', 'zod', 'ai', '@modelcontextprotocol/sdk'];
+const PEERS = [
+  'pg',
+  'ioredis',
+  'express',
+  'fastify',
+  'zod',
+  'ai',
+  '@modelcontextprotocol/sdk',
+  '@nestjs/common',
+  '@nestjs/core',
+  'rxjs',
+  'reflect-metadata',
+];
 // ai's own declarations import json-schema's types, which it leaves to the app.
 const TYPES = ['typescript', '@types/node', '@types/express', '@types/pg', '@types/json-schema'];
 
@@ -193,6 +209,8 @@ import { type Db, openDb } from 'oncely/db';
 import { idempotency as expressIdempotency } from 'oncely/express';
 import { idempotency as fastifyIdempotency } from 'oncely/fastify';
 import { createFlows, defineFlow } from 'oncely/flows';
+import { createClient, idempotentFetch } from 'oncely/client';
+import { idempotent } from 'oncely/fetch';
 import { idempotency as honoIdempotency } from 'oncely/hono';
 import { defineConfig, env, type HostContext, type HostEvent, openHost } from 'oncely/host';
 import { postgresStore } from 'oncely/postgres';
@@ -211,5 +229,6 @@ export async function handle(event: HostEvent, ctx: HostContext): Promise<string
   return \`\${event.id} \${ctx.idempotencyKey ?? ''}\`;
 }
 export const used = [replayed, db, OncelyError, createAgentRuntime, defineTool, toAiSdkTools, registerTools, expressIdempotency,
-  fastifyIdempotency, createFlows, defineFlow, honoIdempotency, openHost, postgresStore, redisStore];
+  fastifyIdempotency, createFlows, defineFlow, honoIdempotency, openHost, postgresStore, redisStore, createClient,
+  idempotentFetch, idempotent];
 `;
