@@ -146,7 +146,13 @@ export const ERRORS = {
   // The client (oncely/client)
   RETRIES_EXHAUSTED: {
     status: 503,
-    meaning: "the client's attempts of one key ran out of time or attempts without an answer; `error.cause` is the last failure",
+    meaning:
+      "the client's attempts of one key ran out of time or attempts without an answer; `error.cause` is the last failure",
+  },
+  // The test kit (oncely/testing)
+  UPSTREAM_UNREACHABLE: {
+    status: 502,
+    meaning: "`faultProxy` could not reach its target (the body says the socket's error)",
   },
 } as const satisfies Record<string, { status: number; meaning: string }>;
 

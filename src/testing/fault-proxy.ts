@@ -145,7 +145,7 @@ function pass(req: IncomingMessage, res: ServerResponse, target: URL, seen: Seen
   upstream.on('error', (error) => {
     if (res.headersSent) return void res.socket?.destroy();
     res.writeHead(502, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ error: { code: 'BAD_GATEWAY', message: `fault proxy: ${error.message}` } }));
+    res.end(JSON.stringify({ error: { code: 'UPSTREAM_UNREACHABLE', message: `fault proxy: ${error.message}` } }));
   });
   req.pipe(upstream);
 }
