@@ -33,25 +33,34 @@ const EMPTY = new Uint8Array(0);
 export async function readBody(req: Request, limit: number): Promise<Uint8Array<ArrayBuffer> | undefined> {
   if (req.body === null) return EMPTY;
   const reader = req.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > limit) {
-      reader.releaseLock();
-      return undefined;
-    }
-    chunks.push(value);
+  const read = await readUpTo(reader, limit);
+  if (read.over) {
+    reader.releaseLock();
+    return undefined;
   }
-  const bytes = new Uint8Array(size);
+  const bytes = new Uint8Array(read.size);
   let at = 0;
-  for (const chunk of chunks) {
+  for (const chunk of read.chunks) {
     bytes.set(chunk, at);
     at += chunk.byteLength;
   }
   return bytes;
+}
+
+/** Reads a stream until it ends or holds more than `limit` bytes (`over`: the chunk past it is among `chunks`). */
+async function readUpTo(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  limit: number,
+): Promise<{ chunks: Uint8Array[]; size: number; over: boolean }> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { chunks, size, over: false };
+    chunks.push(value);
+    size += value.byteLength;
+    if (size > limit) return { chunks, size, over: true };
+  }
 }
 
 /** Path and query of an absolute URL, without parsing it: the part after the authority. */
@@ -75,28 +84,21 @@ export async function capture(res: Response, limit: number): Promise<Captured> {
   if (/text\/event-stream/i.test(headers['content-type'] ?? '') || !res.body)
     return res.body ? { response, complete: false, passThrough: res } : { response, complete: true };
   const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    size += value.byteLength;
-    if (size > limit) {
-      // Over the limit: what was read goes out first, then the rest as it comes.
-      const rest = new ReadableStream<Uint8Array>({
-        start(controller) {
-          for (const chunk of chunks) controller.enqueue(chunk);
-        },
-        async pull(controller) {
-          const next = await reader.read();
-          if (next.done) controller.close();
-          else controller.enqueue(next.value);
-        },
-        cancel: (reason) => reader.cancel(reason),
-      });
-      return { response, complete: false, passThrough: new Response(rest, res) };
-    }
+  const { chunks, over } = await readUpTo(reader, limit);
+  if (over) {
+    // Over the limit: what was read goes out first, then the rest as it comes.
+    const rest = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (const chunk of chunks) controller.enqueue(chunk);
+      },
+      async pull(controller) {
+        const next = await reader.read();
+        if (next.done) controller.close();
+        else controller.enqueue(next.value);
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    return { response, complete: false, passThrough: new Response(rest, res) };
   }
   response.body = Buffer.concat(chunks);
   return { response, complete: true };
