@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, RecordState, Settlement, StoredRecord } from '../core/record.js';
+import { compareIds } from '../core/record-batch.js';
 import type { Expectation, RecordPatch, RecordQuery } from '../store.js';
 
 /** A statement ready for mysql2's `query(text, values)` (`?` placeholders, filled in by the client). */
@@ -136,13 +137,6 @@ const CLOCK = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(
 const param = (field: string, value: unknown): unknown =>
   field === 'settlement' ? (value ? JSON.stringify(value) : null) : value;
 
-/** Orders ids as the primary key does for the usual keys (JavaScript's order: UTF-16, not bytes; any one order will do). */
-export const compareIds = (a: RecordId, b: RecordId): number => {
-  for (const field of ['tenant', 'action', 'key'] as const)
-    if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
-  return 0;
-};
-
 /** `(tenant = ? AND action = ? AND key = ?) OR ...`: ranges on the primary key, one per id. */
 function idsWhere(ids: readonly RecordId[], values: unknown[]): string {
   return ids
@@ -182,7 +176,7 @@ export function selectMany(n: Names, ids: readonly RecordId[], token: Buffer | n
   const values: unknown[] = [token];
   const where = idsWhere(ids, values);
   return {
-    text: `SELECT ${SELECTED}, r.\`written_by\` = ? AS mine, r.\`written_at\`, ${CLOCK} AS now FROM ${n.records} r WHERE ${where}${locking ? ' FOR UPDATE' : ''}`,
+    text: `SELECT ${SELECTED}, r.\`written_by\` = ? AS mine, r.\`written_at\`, ${CLOCK} AS now FROM ${n.records} r${locking ? ' FORCE INDEX (PRIMARY)' : ''} WHERE ${where}${locking ? ' FOR UPDATE' : ''}`,
     values,
   };
 }
@@ -254,7 +248,9 @@ export function updateMany(n: Names, items: readonly UpdateItem[], token: Buffer
   });
   values.push(token);
   return {
-    text: `UPDATE ${n.records} r JOIN (${rows.join(' UNION ALL ')}) v
+    // The writes drive the join and each row is found (so locked) by its primary key: on a small
+    // table the optimizer would rather scan it, and a scanning UPDATE locks every row it reads.
+    text: `UPDATE (${rows.join(' UNION ALL ')}) v STRAIGHT_JOIN ${n.records} r FORCE INDEX (PRIMARY)
 ON r.\`tenant\` = v.\`tenant\` AND r.\`action\` = v.\`action\` AND r.\`key\` = v.\`key\`
 SET ${sets.join(', ')}, r.\`written_by\` = ?, r.\`written_at\` = ${CLOCK}
 WHERE r.\`fence\` = v.expect_fence AND FIND_IN_SET(r.\`state\`, v.expect_states) > 0

@@ -3,6 +3,7 @@ import { Batcher } from '../core/batcher.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import { compareIds, type Insert, idKey, insertByTimes, insertOncePerId } from '../core/record-batch.js';
 import type {
   Expectation,
   InsertResult,
@@ -32,14 +33,12 @@ export type MysqlStoreOptions = ({ uri: string; pool?: undefined } | { pool: Mys
 
 /** Most items in one batched statement. */
 const MAX_BATCH = 500;
-/** Batches of one kind in flight at once, each on a connection of the pool. */
+/** Claim and read batches in flight at once, each on a connection of the pool. */
 const MAX_IN_FLIGHT = 4;
 /** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
 const MAX_INSERT_ROUNDS = 50;
 /** Times a statement of the store's own that InnoDB chose as a deadlock victim (or timed out on a lock) is run again. */
 const MAX_LOCK_RETRIES = 5;
-
-const idKey = (id: RecordId): string => JSON.stringify([id.tenant, id.action, id.key]);
 
 const sqlState = (error: unknown): string | undefined => {
   const state = (error as { sqlState?: unknown } | null)?.sqlState;
@@ -68,12 +67,6 @@ async function retryingLocks<T>(work: () => Promise<T>): Promise<T> {
 
 const rowsOf = async (db: MysqlQueryable, query: sql.Query): Promise<unknown[]> =>
   (await db.query(query.text, query.values))[0] as unknown[];
-
-/** A record to insert, and whether its times are relative to the database's clock (see WriteOptions). */
-interface Insert {
-  record: StoredRecord;
-  relative: boolean;
-}
 
 /** A stored record as read, with whether the reading statement's token inserted it, and the clock's now. */
 interface Found {
@@ -128,26 +121,14 @@ const BEGIN: sql.Query = { text: 'START TRANSACTION', values: [] };
 const COMMIT: sql.Query = { text: 'COMMIT', values: [] };
 
 /** Inserts records with distinct ids unless present; answers by id key. `locking`: inside a caller's transaction. */
-async function insertAll(
+function insertAll(
   db: MysqlQueryable,
   n: sql.Names,
   inserts: Insert[],
   locking: boolean,
   script: boolean,
 ): Promise<Map<string, InsertResult>> {
-  // One statement writes times one way: relative and absolute records go separately.
-  const relative = inserts.filter((p) => p.relative);
-  if (relative.length === 0 || relative.length === inserts.length) return insertSome(db, n, inserts, locking, script);
-  const answers = await insertSome(db, n, relative, locking, script);
-  for (const [id, answer] of await insertSome(
-    db,
-    n,
-    inserts.filter((p) => !p.relative),
-    locking,
-    script,
-  ))
-    answers.set(id, answer);
-  return answers;
+  return insertByTimes(inserts, (some) => insertSome(db, n, some, locking, script));
 }
 
 /**
@@ -164,7 +145,7 @@ async function insertSome(
 ): Promise<Map<string, InsertResult>> {
   const answers = new Map<string, InsertResult>();
   // One id order for every process: overlapping batches then wait on each other instead of deadlocking.
-  let pending = inserts.length > 1 ? [...inserts].sort((a, b) => sql.compareIds(a.record, b.record)) : inserts;
+  let pending = inserts.length > 1 ? [...inserts].sort((a, b) => compareIds(a.record, b.record)) : inserts;
   for (let round = 0; pending.length > 0; round++) {
     if (round === MAX_INSERT_ROUNDS)
       throw new Error(`record of key "${pending[0]?.record.key}" vanished ${round} times`);
@@ -209,7 +190,6 @@ async function updateAll(
   n: sql.Names,
   items: UpdateItem[],
   own: boolean,
-  script: boolean,
 ): Promise<(number | null)[]> {
   const token = randomBytes(16);
   const statements = [
@@ -220,7 +200,9 @@ async function updateAll(
       token,
     ),
   ];
-  const results = await runAll(db, own ? [BEGIN, ...statements, COMMIT] : statements, script);
+  // One statement at a time, also on a pool that takes scripts: a transaction is never left open
+  // behind a script that stopped halfway.
+  const results = await runAll(db, own ? [BEGIN, ...statements, COMMIT] : statements, false);
   const written = new Map<string, number>();
   for (const row of results[own ? 2 : 1] as (sql.RecordRow & { written_at: number | string })[])
     written.set(idKey(sql.rowId(row)), Number(row.written_at));
@@ -297,7 +279,7 @@ export class MysqlStore implements RecordStore {
   private readonly names: sql.Names;
   private readonly given: MysqlPool | undefined;
   private readonly uri: string | undefined;
-  /** The pool takes several statements in one round trip: the store's own, or yours if made with multipleStatements. */
+  /** The pool takes a claim and its read in one round trip: the store's own, or yours if made with multipleStatements. */
   private scripts = false;
   private pooled: Promise<MysqlPool> | undefined;
   private migrated: Promise<void> | undefined;
@@ -319,14 +301,15 @@ export class MysqlStore implements RecordStore {
     this.uri = options.uri;
     this.names = sql.names(database, table);
     if (!batch) return;
-    // Several batches may be in flight at once, each on a connection: InnoDB commits concurrent
-    // transactions with one log flush, and callers stop moving in lockstep behind one statement.
-    // Two writes to one id may then apply in either order; each is checked against the row as it is then.
-    const batching = { maxBatch: MAX_BATCH, maxInFlight: MAX_IN_FLIGHT, isolate: isItemError };
-    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), batching);
-    // Two writes to one id in one statement would both check the same old row; the second waits for another.
+    const batching = { maxBatch: MAX_BATCH, isolate: isItemError };
+    // Claims and reads of several batches may be in flight at once, each on a connection: InnoDB
+    // commits concurrent statements with one log flush, and callers stop moving in lockstep behind
+    // one statement. Writes go one batch at a time, in the order they were made.
+    const overlapping = { ...batching, maxInFlight: MAX_IN_FLIGHT };
+    this.inserts = new Batcher((inserts) => this.insertBatch(inserts), overlapping);
+    // Two writes to one id in one statement would both check the same old row; the second waits its turn.
     this.updates = new Batcher((items) => this.updateBatch(items), { ...batching, distinct: (item) => idKey(item.id) });
-    this.gets = new Batcher((ids) => this.getBatch(ids), batching);
+    this.gets = new Batcher((ids) => this.getBatch(ids), overlapping);
   }
 
   /** Creates or upgrades the table; memoized, and retried on the next call when it failed. */
@@ -373,7 +356,7 @@ export class MysqlStore implements RecordStore {
     if (tx != null) {
       const connection = asConnection(tx);
       await this.ready();
-      return (await updateAll(connection, this.names, [item], false, false))[0] as number | null;
+      return (await updateAll(connection, this.names, [item], false))[0] as number | null;
     }
     if (this.updates) return this.updates.push(item);
     return (await this.updateBatch([item]))[0] as number | null;
@@ -432,16 +415,7 @@ export class MysqlStore implements RecordStore {
 
   private async insertBatch(inserts: Insert[]): Promise<InsertResult[]> {
     const pool = await this.ready();
-    const unique = new Map<string, Insert>();
-    for (const insert of inserts) if (!unique.has(idKey(insert.record))) unique.set(idKey(insert.record), insert);
-    const answers = await insertAll(pool, this.names, [...unique.values()], false, this.scripts);
-    // Duplicates within the batch share the first one's answer; only the first can have inserted it.
-    return inserts.map((insert) => {
-      const answer = answers.get(idKey(insert.record)) as InsertResult;
-      return unique.get(idKey(insert.record)) === insert
-        ? answer
-        : { inserted: false, record: { ...answer.record }, now: answer.now };
-    });
+    return insertOncePerId(inserts, (unique) => insertAll(pool, this.names, unique, false, this.scripts));
   }
 
   private async updateBatch(items: UpdateItem[]): Promise<(number | null)[]> {
@@ -451,7 +425,7 @@ export class MysqlStore implements RecordStore {
       const connection = await pool.getConnection();
       let lost = false;
       try {
-        return await updateAll(connection, this.names, items, true, this.scripts);
+        return await updateAll(connection, this.names, items, true);
       } catch (error) {
         // A statement error leaves the connection usable; anything else (no SQLSTATE: a lost connection) does not.
         lost = sqlState(error) === undefined;

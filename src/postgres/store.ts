@@ -2,6 +2,7 @@ import { Batcher } from '../core/batcher.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
+import { compareIds, type Insert, idKey, insertByTimes, insertOncePerId } from '../core/record-batch.js';
 import type {
   Expectation,
   InsertResult,
@@ -37,14 +38,6 @@ const MAX_BATCH = 500;
 /** Rounds of insert-then-read before giving up on a key whose record keeps vanishing (purged meanwhile). */
 const MAX_INSERT_ROUNDS = 50;
 
-const idKey = (id: RecordId): string => JSON.stringify([id.tenant, id.action, id.key]);
-
-const compareIds = (a: RecordId, b: RecordId): number => {
-  for (const field of ['tenant', 'action', 'key'] as const)
-    if (a[field] !== b[field]) return a[field] < b[field] ? -1 : 1;
-  return 0;
-};
-
 // Data and constraint errors (SQLSTATE classes 22 and 23) belong to one item: retry its batch item by item.
 const isItemError = (error: unknown): boolean => {
   const code = (error as { code?: unknown } | null)?.code;
@@ -54,27 +47,9 @@ const isItemError = (error: unknown): boolean => {
 /** A returned row's `now`, the clock's ms: a bigint, so a string unless the pool parses it. */
 const rowNow = (row: unknown): number => Number((row as { now: string | number }).now);
 
-/** A record to insert, and whether its times are relative to the database's clock (see WriteOptions). */
-interface Insert {
-  record: StoredRecord;
-  relative: boolean;
-}
-
 /** Inserts records with distinct ids unless present; answers by id key. */
-async function insertAll(db: PgQueryable, n: sql.Names, inserts: Insert[]): Promise<Map<string, InsertResult>> {
-  // One statement writes times one way: relative and absolute records (the engine's claims, and
-  // records written as they are) go separately. The engine's alone are the usual case.
-  const relative = inserts.filter((p) => p.relative);
-  if (relative.length === 0 || relative.length === inserts.length) return insertSome(db, n, inserts);
-  const answers = await insertSome(db, n, relative);
-  for (const [id, answer] of await insertSome(
-    db,
-    n,
-    inserts.filter((p) => !p.relative),
-  ))
-    answers.set(id, answer);
-  return answers;
-}
+const insertAll = (db: PgQueryable, n: sql.Names, inserts: Insert[]): Promise<Map<string, InsertResult>> =>
+  insertByTimes(inserts, (some) => insertSome(db, n, some));
 
 /** Inserts records with distinct ids, all relative or all absolute, unless present; answers by id key. */
 async function insertSome(db: PgQueryable, n: sql.Names, inserts: Insert[]): Promise<Map<string, InsertResult>> {
@@ -340,16 +315,7 @@ export class PostgresStore implements RecordStore {
 
   private async insertBatch(inserts: Insert[]): Promise<InsertResult[]> {
     const pool = await this.ready();
-    const unique = new Map<string, Insert>();
-    for (const insert of inserts) if (!unique.has(idKey(insert.record))) unique.set(idKey(insert.record), insert);
-    const answers = await insertAll(pool, this.names, [...unique.values()]);
-    // Duplicates within the batch share the first one's answer; only the first can have inserted it.
-    return inserts.map((insert) => {
-      const answer = answers.get(idKey(insert.record)) as InsertResult;
-      return unique.get(idKey(insert.record)) === insert
-        ? answer
-        : { inserted: false, record: { ...answer.record }, now: answer.now };
-    });
+    return insertOncePerId(inserts, (unique) => insertAll(pool, this.names, unique));
   }
 
   private async getBatch(ids: RecordId[]): Promise<(StoredRecord | null)[]> {
