@@ -5,24 +5,19 @@
  * every effect, the gateway's charges per order among them. Run: `node --import tsx examples/shop/storm.ts [--db <target>] [--hosts 3]`
  * (needs `npm run build`: the hosts are the real `oncely serve`).
  */
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { openDb } from 'oncely/db';
 import { signStandardWebhook } from 'oncely/host';
 import { startGateway } from './gateway.js';
+import { type ServeProcess, startServeProcess } from './serve-process.js';
 
-const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const APP = fileURLToPath(new URL('.', import.meta.url));
 const SECRET = process.env.SHOP_WEBHOOK_SECRET ?? 'whsec_c2hvcC1leGFtcGxlLXdlYmhvb2stc2VjcmV0';
 
-interface HostProcess {
-  child: ChildProcessWithoutNullStreams;
-  url: string;
-}
+type HostProcess = ServeProcess;
 
 /** What the storm found; `problems` lists every effect that happened twice or an event that was lost. */
 export interface StormReport {
@@ -35,19 +30,7 @@ export interface StormReport {
 
 function startHost(db: string, gateway: string): Promise<HostProcess> {
   // A local demo: without SHOP_WEBHOOK_SECRET the hosts use the shop's public demo secret, as SECRET does.
-  const env = { ONCELY_DEMO: '1', ...process.env, SHOP_GATEWAY_URL: gateway };
-  const child = spawn(process.execPath, [CLI, 'serve', APP, '--db', db, '--port', '0'], { env });
-  let stderr = '';
-  child.stderr.on('data', (chunk) => {
-    stderr = (stderr + chunk).slice(-4000);
-  });
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      const match = /on (http:\/\/localhost:\d+)/.exec(line);
-      if (match?.[1]) resolve({ child, url: match[1] });
-    });
-    child.on('exit', (code, signal) => reject(new Error(`host exited (${code ?? signal}): ${stderr}`)));
-  });
+  return startServeProcess(APP, db, { ONCELY_DEMO: '1', ...process.env, SHOP_GATEWAY_URL: gateway });
 }
 
 async function post(url: string, path: string, body: string, headers: Record<string, string>) {

@@ -5,13 +5,13 @@
  * killed with SIGKILL mid-call (so its record is `unknown`), a dead-lettered webhook, and a pending
  * approval of an agent tool with a credit account.
  */
-import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { z } from 'zod';
+import { type ServeProcess, startServeProcess } from '../../examples/shop/serve-process.js';
 import { type AgentRuntime, createAgentRuntime, defineTool } from '../../src/agent/index.js';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
@@ -26,34 +26,15 @@ export const TOKEN = randomBytes(20).toString('hex');
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One `oncely serve` process and its base URL. */
-export interface Serve {
-  child: ChildProcessWithoutNullStreams;
+export interface Serve extends ServeProcess {
   base: string;
-  /** The last 4 kB it wrote to stderr. */
-  stderr(): string;
-  /** The lines it printed on stdout (its banner). */
-  stdout: string[];
 }
 
 /** Starts `oncely serve` of the dashboard app on `db`; resolves once it listens. */
-export function startServe(db: string, ledgerUp: string): Promise<Serve> {
+export async function startServe(db: string, ledgerUp: string): Promise<Serve> {
   const env = { ...process.env, ONCELY_ADMIN_TOKEN: TOKEN, DASH_LEDGER_UP: ledgerUp };
-  const child = spawn(process.execPath, [CLI, 'serve', APP, '--db', db, '--port', '0'], { env });
-  let stderr = '';
-  child.stderr.on('data', (chunk) => {
-    stderr = (stderr + chunk).slice(-4000);
-  });
-  const stdout: string[] = [];
-  return new Promise((resolve, reject) => {
-    let base = '';
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      stdout.push(line);
-      base ||= /on (http:\/\/localhost:\d+)/.exec(line)?.[1] ?? '';
-      // The banner's last line: everything it prints is there.
-      if (base && line.startsWith('stop with Ctrl-C')) resolve({ child, base, stderr: () => stderr, stdout });
-    });
-    child.on('exit', (code, signal) => reject(new Error(`oncely serve exited (${code ?? signal}): ${stderr}`)));
-  });
+  const serve = await startServeProcess(APP, db, env);
+  return { ...serve, base: serve.url };
 }
 
 /** Stops a serve and resolves once it exited. */

@@ -9,7 +9,7 @@ export async function handle(
   input: { orderId: string; sku: string; failShip?: boolean; review?: boolean },
   ctx: HostContext,
 ) {
-  const written = await ctx.store.createIfAbsent('orders', { id: input.orderId, sku: input.sku }, ['id']);
+  const written = await ctx.store.createIfAbsent('dash_orders', { id: input.orderId, sku: input.sku }, ['id']);
   if (!written.ok) throw new Error(written.error.message);
   await ctx.flows.start(ship, { orderId: input.orderId, failShip: input.failShip === true });
   if (input.review) await ctx.flows.start(review, { orderId: input.orderId });
