@@ -284,7 +284,8 @@ return out
  *   5. the patch's result.
  *   A patch field is '~' where the patch keeps it, '' for a null.
  * Answers: per key, Redis's now in ms when the write applied (what its relative times count
- *   from), 0 when the record is missing or did not match, or an error (a foreign value).
+ *   from; for a terminal write found already applied, the now it applied at), 0 when the record
+ *   is missing or did not match, or an error (a foreign value).
  */
 export const UPDATE = script(`${CLOCK}
 local rems, checked = {}, {}
@@ -361,7 +362,7 @@ local function shaped(shape)
   end
   local allowed = {}
   for name in string.gmatch(states, '[^,]+') do allowed[name] = true end
-  s = { check, allowed, state, lease, expires, created, updated, completed }
+  s = { check, allowed, state, lease, expires, created, updated, completed, relative == '1' }
   shapes[shape] = s
   return s
 end
@@ -372,6 +373,21 @@ local function parts(text)
   p = { string.match(text, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$') }
   patches[text] = p
   return p
+end
+-- A terminal write sent again after it applied (ioredis resends a command whose connection
+-- closed, as in a failover; the engine retries a completion that timed out) finds its own outcome
+-- stored: the fence it expects (checked before, and a fence has one holder), the state it sets,
+-- its result, texts and settlement. It answers applied, with the clock of the first write (its
+-- relative updatedAt counted back), rather than refused, which the engine would take for a lost lease.
+local done = { succeeded = true, failed = true, released = true }
+local function repeated(s, patch, r, state, attempts, fingerprint, traceId, settlement, result, updatedAt)
+  if s[3] ~= state or not done[state] or (r ~= '~' and r ~= result) then return 0 end
+  local p = parts(patch)
+  if p[1] ~= '~' or (p[2] ~= '~' and p[2] ~= attempts) or (p[3] ~= '~' and p[3] ~= fingerprint)
+    or (p[4] ~= '~' and p[4] ~= traceId) or (p[5] ~= '~' and p[5] ~= settlement) or (p[5] == '~' and settlement ~= '')
+  then return 0 end
+  if s[9] and s[7] ~= '~' then return tonumber(updatedAt) - (tonumber(s[7]) - now) end
+  return now
 end
 local function update(key, b)
   local value = redis.pcall('GET', key)
@@ -387,7 +403,7 @@ local function update(key, b)
   local e = ARGV[b + 1]
   if fence ~= e and tonumber(fence) ~= tonumber(e) then return 0 end
   local s = shaped(ARGV[b + 3])
-  if not s[2][state] then return 0 end
+  if not s[2][state] then return repeated(s, ARGV[b + 4], ARGV[b + 5], state, attempts, fingerprint, traceId, settlement, result, updatedAt) end
   if s[1] == '1' and leaseUntil ~= '' then return 0 end
   if s[1] == '2' then
     e = ARGV[b + 2]

@@ -314,11 +314,40 @@ describe('redis store', () => {
       .catch((e: unknown) => e);
     proxy.pause(false);
     expect(error).toMatchObject({ code: 'OUTCOME_NOT_STORED', value: { charged: true } });
-    await expect(once.run({ action: 'charge', key }, async () => 'again')).rejects.toMatchObject({
+    // Checked straight on Redis, not through the proxy and its 100 ms timeout (a reconnect on a
+    // loaded machine may take longer): the claim is still held, so nobody runs the effect again.
+    const direct = await createOncely({ store: redisStore({ client: redis, prefix }), defaults: { lease: '5s' } });
+    await expect(direct.run({ action: 'charge', key }, async () => 'again')).rejects.toMatchObject({
       code: 'IN_PROGRESS',
     });
+    await direct.close();
     await once.close();
     proxy.close();
+  });
+
+  it('answers a completion sent again after it applied (a resend over a failover) as applied, at its first clock', async () => {
+    const store = redisStore({ client: redis, prefix });
+    const relative = { relative: true };
+    const claim = record({ leaseUntil: 5_000, expiresAt: 60_000, createdAt: 0, updatedAt: 0 });
+    const { record: claimed } = await store.insertOrGet(claim, undefined, relative);
+    const held = { fence: claimed.fence, states: ['in_progress' as const] };
+    const outcome = { state: 'succeeded' as const, result: '{"v":1}', leaseUntil: null, completedAt: 0, updatedAt: 0 };
+    const first = Number(await store.update(claimed, held, outcome, undefined, relative));
+    expect(first).toBeGreaterThan(0);
+    const stored = await store.get(claimed);
+    expect(stored).toMatchObject({ state: 'succeeded', result: '{"v":1}', completedAt: first, updatedAt: first });
+    // The same write again, as ioredis resends it: applied, at the first write's clock, nothing changed.
+    expect(await store.update(claimed, held, outcome, undefined, relative)).toBe(first);
+    expect(await store.get(claimed)).toEqual(stored);
+    // Not its own outcome: another result, another state, another fence, or a settlement stored since.
+    expect(await store.update(claimed, held, { ...outcome, result: '{"v":2}' }, undefined, relative)).toBeNull();
+    expect(await store.update(claimed, held, { ...outcome, state: 'failed' }, undefined, relative)).toBeNull();
+    expect(await store.update(claimed, { ...held, fence: claimed.fence - 1 }, outcome, undefined, relative)).toBeNull();
+    const settled = { by: 'op', at: first, answer: 'value' as const };
+    expect(
+      await store.update(claimed, { fence: claimed.fence, states: ['succeeded'] }, { settlement: settled }),
+    ).not.toBeNull();
+    expect(await store.update(claimed, held, outcome, undefined, relative)).toBeNull();
   });
 
   it('lets Redis drop a record once its expiresAt has passed', async () => {
