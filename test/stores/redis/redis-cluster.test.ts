@@ -40,11 +40,16 @@ describe('redis cluster specifics', () => {
     const once = await createOncely({ store, tenant: 'acme' });
     // A claim held open: its record sits in the in_progress index of its shard.
     let release = () => {};
-    const held = once.run({ action: 'layout', key: 'k-1' }, () => new Promise<void>((r) => (release = r)));
+    let running = () => {};
+    const started = new Promise<void>((r) => (running = r));
+    // The function starts once its claim is stored: waited for, not polled against a deadline.
+    const held = once.run({ action: 'layout', key: 'k-1' }, () => {
+      running();
+      return new Promise<void>((r) => (release = r));
+    });
     const id = { tenant: 'acme', action: 'layout', key: 'k-1' };
     const tag = SHARD_TAGS[shardOf(id)] as string;
-    for (let i = 0; i < 50 && !(await client.exists(`${p}{${tag}}r:${memberOf(id)}`)); i++)
-      await new Promise((r) => setTimeout(r, 20));
+    await started;
     expect(await client.exists(`${p}{${tag}}r:${memberOf(id)}`)).toBe(1);
     expect(await client.sismember(`${p}{${tag}}i:in_progress`, `${p}{${tag}}r:${memberOf(id)}`)).toBe(1);
     expect(await client.cluster('KEYSLOT', `${p}{${tag}}r:${memberOf(id)}`)).toBe(slotOf(tag));
