@@ -8,7 +8,7 @@ export { type CrashCase, type CrashOptions, type CrashReport, crashWindows } fro
 export { crashHooks } from './crash-hooks.js';
 export { type Fault, type FaultProxy, type FaultRule, faultProxy, type SeenRequest } from './fault-proxy.js';
 export { type ManualClock, manualClock } from './manual-clock.js';
-export type { CallerOutcome } from './outcome.js';
+export { type CallerOutcome, invokeResult } from './outcome.js';
 export {
   type DownstreamCall,
   type DownstreamEffect,

@@ -38,6 +38,21 @@ export function outcomeOf(caller: number, phase: string, settled: PromiseSettled
   return { caller, phase, ok: true, value: settled.value };
 }
 
+/** The header every oncely HTTP surface answers a replay with: the middleware's and the host's `/v1/invoke`. */
+const REPLAYED_HEADER = 'idempotent-replayed';
+
+/**
+ * A host's `POST /v1/invoke/:handler` answer read the way the kit reports a call: `{ value: data,
+ * replayed }` (replayed from `Idempotent-Replayed`), or the envelope's error thrown with its `code`
+ * and `status`. A storm's or crash child's `run` returns it so the report tells replays apart.
+ */
+export async function invokeResult(res: Response): Promise<{ value: unknown; replayed: boolean }> {
+  const answer = (await res.json()) as { data?: unknown; error?: { code: string; message: string } };
+  if (answer.error)
+    throw Object.assign(new Error(answer.error.message), { code: answer.error.code, status: res.status });
+  return { value: answer.data, replayed: res.headers.get(REPLAYED_HEADER) === 'true' };
+}
+
 /** A short text of what a caller got: 'replayed', 'executed', 'IN_PROGRESS', 'ok', 'error: ...'. */
 export function gotOf(outcome: CallerOutcome): string {
   if (!outcome.ok) return outcome.code ?? `error: ${outcome.message ?? ''}`.slice(0, 60);

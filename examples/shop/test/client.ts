@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { type Host, openHost } from 'oncely/host';
-import { crashHooks } from 'oncely/testing';
+import { crashHooks, invokeResult } from 'oncely/testing';
 
 export const APP = fileURLToPath(new URL('..', import.meta.url));
 
@@ -35,7 +35,7 @@ export function shopHost(db: string): Promise<Host> {
   return host;
 }
 
-/** Calls the handler; answers its data, throws the error it answered (the invoke route does not say whether it replayed). */
+/** Calls the handler; answers `{ value: data, replayed }`, throws the error it answered (with its code). */
 export async function invoke(call: Invoke) {
   const shop = await shopHost(call.db);
   if (call.writeFirst) {
@@ -56,9 +56,7 @@ export async function invoke(call: Invoke) {
     },
     body: JSON.stringify(call.body),
   });
-  const answer = (await res.json()) as { data?: unknown; error?: { code: string; message: string } };
-  if (answer.error) throw Object.assign(new Error(answer.error.message), { code: answer.error.code });
-  return answer.data;
+  return invokeResult(res);
 }
 
 /** A count from the shop's database (`SELECT count(*) AS n ...`), read-only beside the hosts. */

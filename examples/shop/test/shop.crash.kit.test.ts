@@ -6,7 +6,14 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { crashWindows, type RecordingDownstream, recordingDownstream, StormFailedError, storm } from 'oncely/testing';
+import {
+  type CrashReport,
+  crashWindows,
+  type RecordingDownstream,
+  recordingDownstream,
+  StormFailedError,
+  storm,
+} from 'oncely/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { APP, count, type Invoke, shopHost } from './client.js';
 
@@ -18,6 +25,21 @@ beforeAll(async () => {
   gateway = await recordingDownstream();
 });
 afterAll(() => gateway.close());
+
+/**
+ * What the fresh process's retry got, per window: a new execution at all four. A host handler's
+ * completion is written in its transaction (with its rows, or the claim-first outcome with the
+ * handler's), so even 'completed' is reached before the commit: the kill rolls it back. A replay
+ * would say 'replayed' (Idempotent-Replayed, as the storms show); a takeover of an expired claim
+ * reads as 'executed', since the host's answer has no attempt count.
+ */
+const EXPECTED_RETRIES = {
+  claimed: 'executed',
+  'before-effect': 'executed',
+  'after-effect': 'executed',
+  completed: 'executed',
+};
+const retries = (report: CrashReport) => Object.fromEntries(report.cases.map((c) => [c.window, c.got]));
 
 const chargesAt = (orderId: string) =>
   gateway.effects.filter((e) => (e.body as { orderId?: string }).orderId === orderId).length;
@@ -47,6 +69,7 @@ describe('the shop killed at every crash window', () => {
       effects: (w) => count(db, 'SELECT count(*) AS n FROM orders WHERE customer_id = ?', `cus_${w}`),
     });
     console.log(report.table);
+    expect(retries(report)).toEqual(EXPECTED_RETRIES);
   }, 60_000);
 
   it('payments.charge (effects external): one charge at the gateway per order, whichever window the host died in', async () => {
@@ -64,6 +87,7 @@ describe('the shop killed at every crash window', () => {
       effects: (w) => chargesAt(orders.get(w) as string),
     });
     console.log(report.table);
+    expect(retries(report)).toEqual(EXPECTED_RETRIES);
     for (const id of orders.values())
       expect(count(db, 'SELECT count(*) AS n FROM charges WHERE order_id = ?', id)).toBeLessThanOrEqual(1);
   }, 90_000);

@@ -77,21 +77,27 @@ describe('the shop under duplicate storms', () => {
       effects: () => count(db, "SELECT count(*) AS n FROM orders WHERE customer_id = 'cus_storm'"),
     });
     console.log(report.table);
-    orderId = (report.calls.find((c) => c.ok)?.value as { orderId: string }).orderId;
+    orderId = String((report.calls.find((c) => c.ok)?.value as { orderId?: string } | undefined)?.orderId);
     // Every caller got the one order (a concurrent one may have been told IN_PROGRESS instead).
     expect(
       report.calls.every((c) =>
         c.ok ? (c.value as { orderId: string }).orderId === orderId : c.code === 'IN_PROGRESS',
       ),
     ).toBe(true);
+    // The host says which answers were replays (Idempotent-Replayed): the 2 sequential repeats at least.
+    expect(report.got.executed).toBe(1);
+    expect(report.got.replayed).toBeGreaterThanOrEqual(2);
+    expect((report.got.replayed ?? 0) + (report.got.IN_PROGRESS ?? 0)).toBe(12);
   });
 
   it('payments.charge: one charge at the gateway and one charges row', async () => {
-    await storm({
+    const report = await storm({
       name: 'payments.charge',
       run: call('payments.charge', 'charge-1', { orderId }),
       effects: () => chargesAt(orderId),
     });
+    expect(report.got.executed).toBe(1);
+    expect((report.got.replayed ?? 0) + (report.got.IN_PROGRESS ?? 0)).toBe(12);
     expect(count(db, 'SELECT count(*) AS n FROM charges WHERE order_id = ?', orderId)).toBe(1);
   });
 
@@ -110,11 +116,13 @@ describe('the shop under duplicate storms', () => {
   });
 
   it('orders.fulfil: one fulfilment flow for the order', async () => {
-    await storm({
+    const report = await storm({
       name: 'orders.fulfil',
       run: call('orders.fulfil', 'fulfil-1', { orderId }),
       effects: () => count(db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${orderId}%`),
     });
+    expect(report.got.executed).toBe(1);
+    expect((report.got.replayed ?? 0) + (report.got.IN_PROGRESS ?? 0)).toBe(12);
   });
 
   it('order.refunded: one refund line', async () => {
