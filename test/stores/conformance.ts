@@ -142,12 +142,18 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
         release = r;
       });
       let runs = 0;
+      let started!: () => void;
+      const running = new Promise<void>((r) => {
+        started = r;
+      });
       const first = once.run({ action: act, key: 'S-1' }, async () => {
         runs++;
+        started();
         await gate;
         return 'sent';
       });
-      await sleep(30);
+      // The duplicate comes once the first holds the claim (its function runs), however slow the store.
+      await running;
       const busy = await rejection(once.run({ action: act, key: 'S-1' }, async () => runs++));
       expect(busy.code).toBe('IN_PROGRESS');
       expect(busy.retryAfterMs).toBeGreaterThan(0);
@@ -163,11 +169,15 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
     it('gives up waiting with IN_PROGRESS when the wait runs out', async () => {
       const act = action('slow');
       let release!: () => void;
-      const first = once.run(
-        { action: act, key: 'W-1' },
-        () => new Promise<string>((r) => (release = () => r('done'))),
-      );
-      await sleep(20);
+      let holding!: () => void;
+      const held = new Promise<void>((r) => {
+        holding = r;
+      });
+      const first = once.run({ action: act, key: 'W-1' }, () => {
+        holding();
+        return new Promise<string>((r) => (release = () => r('done')));
+      });
+      await held;
       const started = Date.now();
       const error = await rejection(once.run({ action: act, key: 'W-1', wait: 150 }, async () => 'no'));
       expect(error.code).toBe('IN_PROGRESS');
@@ -273,13 +283,15 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
     it('renews the lease of a long-running function so a short lease is safe', async () => {
       const act = action('renew');
       let runs = 0;
-      const first = once.run({ action: act, key: 'N-1', lease: 60 }, async () => {
+      // Five leases long, renewed every third of one: a renewal may come up to 130 ms late (a
+      // loaded CI machine) before another caller could take over.
+      const first = once.run({ action: act, key: 'N-1', lease: 200 }, async () => {
         runs++;
-        await sleep(300);
+        await sleep(1_000);
         return 'done';
       });
-      await sleep(200);
-      const busy = await rejection(once.run({ action: act, key: 'N-1', lease: 60 }, async () => runs++));
+      await sleep(600);
+      const busy = await rejection(once.run({ action: act, key: 'N-1', lease: 200 }, async () => runs++));
       expect(busy.code).toBe('IN_PROGRESS');
       expect((await first).value).toBe('done');
       expect(runs).toBe(1);
@@ -296,13 +308,13 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
           }),
       );
       let runs = 0;
-      const short = once.run({ action: act, key: 'S-1', lease: 60 }, async () => {
+      const short = once.run({ action: act, key: 'S-1', lease: 200 }, async () => {
         runs++;
-        await sleep(300);
+        await sleep(1_000);
         return 'short';
       });
-      await sleep(200);
-      const busy = await rejection(once.run({ action: act, key: 'S-1', lease: 60 }, async () => runs++));
+      await sleep(600);
+      const busy = await rejection(once.run({ action: act, key: 'S-1', lease: 200 }, async () => runs++));
       expect(busy.code).toBe('IN_PROGRESS');
       expect((await short).value).toBe('short');
       release();
