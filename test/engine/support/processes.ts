@@ -7,11 +7,12 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { createOncely, type Oncely } from '../../../src/index.js';
 import { dropDatabase, freshDatabase, MYSQL_URL } from '../../support/mysql.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../../support/redis.js';
+import { startWorker } from '../../support/spawn.js';
 import { openStore, type StoreSpec } from '../../support/stores.js';
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -35,6 +36,41 @@ export function makeSink(): { path: string; effects(key: string): number; calls(
     effects: (key) => count('SELECT COUNT(*) AS n FROM effects WHERE idempotency_key = ?', key),
     calls: (key) => count('SELECT COUNT(*) AS n FROM calls WHERE idempotency_key = ?', key),
   };
+}
+
+/**
+ * 4 processes x 50 concurrent calls of one key on `spec`: one execution, one downstream call, and
+ * every other caller replayed the winner's value or was told IN_PROGRESS (a waiter never is).
+ */
+export async function burstOneKey(spec: StoreSpec, action: string): Promise<void> {
+  const sink = makeSink();
+  const workers = Array.from({ length: 4 }, () =>
+    startWorker({ store: spec, mode: 'burst', action, key: 'ORD-1:sms', calls: 50, sink: sink.path }),
+  );
+  await Promise.all(workers.map((w) => w.waitFor('ready')));
+  for (const w of workers) w.child.stdin.write('go\n');
+  const reports = await Promise.all(
+    workers.map(
+      async (w) =>
+        JSON.parse(await w.waitFor('{')) as {
+          executed: number;
+          outcomes: { kind: string; waited: boolean; value?: { by: number } }[];
+        },
+    ),
+  );
+  const outcomes = reports.flatMap((r) => r.outcomes);
+  expect(reports.reduce((n, r) => n + r.executed, 0)).toBe(1);
+  expect(sink.calls('ORD-1:sms')).toBe(1);
+  expect(outcomes).toHaveLength(200);
+  expect(outcomes.filter((o) => o.kind === 'executed')).toHaveLength(1);
+  const winner = outcomes.find((o) => o.kind === 'executed')?.value?.by;
+  expect(winner).toBeTypeOf('number');
+  for (const o of outcomes) {
+    expect(['executed', 'replayed', 'IN_PROGRESS']).toContain(o.kind);
+    if (o.waited) expect(o.kind === 'executed' || o.kind === 'replayed').toBe(true);
+    if (o.kind === 'replayed') expect(o.value?.by).toBe(winner);
+  }
+  await Promise.all(workers.map((w) => w.exited));
 }
 
 /** One store: where its processes meet, and how its leftovers are dropped after the file. */

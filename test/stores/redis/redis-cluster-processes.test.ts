@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { SHARD_TAGS, slotOf } from '../../../src/redis/cluster.js';
 import { redisStore } from '../../../src/redis/index.js';
+import { burstOneKey } from '../../engine/support/processes.js';
 import { freshPrefix } from '../../support/redis.js';
 import { startCluster } from '../../support/redis-cluster.js';
 import { startWorker } from '../../support/spawn.js';
@@ -26,38 +27,7 @@ function effects(sink: string): Map<string, number> {
 describe('redis cluster across processes', () => {
   it('4 processes x 50 concurrent calls of one key: one execution, waiters get the value', async () => {
     const spec: StoreSpec = { kind: 'redis-cluster', nodes: cluster.nodes, prefix: freshPrefix() };
-    const sink = join(mkdtempSync(join(tmpdir(), 'oncely-sink-')), 'sink.db');
-    const { default: Database } = await import('better-sqlite3');
-    const db = new Database(sink);
-    db.exec(`CREATE TABLE effects (idempotency_key TEXT PRIMARY KEY, done_by TEXT);
-             CREATE TABLE calls (id INTEGER PRIMARY KEY, idempotency_key TEXT, done_by TEXT)`);
-    const action = `burst-${randomUUID().slice(0, 8)}`;
-    const workers = Array.from({ length: 4 }, () =>
-      startWorker({ store: spec, mode: 'burst', action, key: 'ORD-1:sms', calls: 50, sink }),
-    );
-    await Promise.all(workers.map((w) => w.waitFor('ready')));
-    for (const w of workers) w.child.stdin.write('go\n');
-    const reports = await Promise.all(
-      workers.map(
-        async (w) =>
-          JSON.parse(await w.waitFor('{')) as {
-            executed: number;
-            outcomes: { kind: string; waited: boolean; value?: { by: number } }[];
-          },
-      ),
-    );
-    const outcomes = reports.flatMap((r) => r.outcomes);
-    expect(reports.reduce((n, r) => n + r.executed, 0)).toBe(1);
-    expect((db.prepare('SELECT COUNT(*) AS n FROM calls').get() as { n: number }).n).toBe(1);
-    expect(outcomes).toHaveLength(200);
-    const winner = outcomes.find((o) => o.kind === 'executed')?.value?.by;
-    expect(winner).toBeTypeOf('number');
-    for (const o of outcomes) {
-      expect(['executed', 'replayed', 'IN_PROGRESS']).toContain(o.kind);
-      if (o.waited) expect(['executed', 'replayed']).toContain(o.kind);
-      if (o.kind === 'replayed') expect(o.value?.by).toBe(winner);
-    }
-    db.close();
+    await burstOneKey(spec, `burst-${randomUUID().slice(0, 8)}`);
   }, 30_000);
 
   it('a master killed (SIGKILL) in a burst, its replica promoted: no key twice, every caller answered, nothing acknowledged lost', async () => {
