@@ -1,4 +1,5 @@
 import { OncelyError } from '../core/errors.js';
+import { readBody } from '../http/web.js';
 
 /** Largest request body the host reads unless configured otherwise: 1 MiB. */
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
@@ -17,25 +18,17 @@ export type CappedBody = { ok: true; body: Buffer } | { ok: false; tooLarge: tru
 /**
  * Reads a request body without ever holding more than `maxBytes` of it. A declared Content-Length
  * over the cap is refused before a byte is read; a chunked body (no Content-Length) is counted as
- * it streams and the stream is cancelled at the cap, so an oversized upload costs at most the cap.
+ * it streams (the HTTP middleware's reader) and the stream is cancelled at the cap, so an oversized
+ * upload costs at most the cap.
  */
 export async function readBodyCapped(request: Request, maxBytes: number): Promise<CappedBody> {
   const declared = request.headers.get('content-length');
   if (declared !== null && Number(declared) > maxBytes) return { ok: false, tooLarge: true };
-  if (!request.body) return { ok: true, body: Buffer.alloc(0) };
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const reader = request.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > maxBytes) {
-      // Cancelling stops the server from buffering the rest; the caller answers 413 at once.
-      await reader.cancel().catch(() => undefined);
-      return { ok: false, tooLarge: true };
-    }
-    chunks.push(value);
+  const bytes = await readBody(request, maxBytes);
+  if (bytes === undefined) {
+    // Cancelling stops the server from buffering the rest; the caller answers 413 at once.
+    await request.body?.cancel().catch(() => undefined);
+    return { ok: false, tooLarge: true };
   }
-  return { ok: true, body: Buffer.concat(chunks, size) };
+  return { ok: true, body: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
 }
