@@ -66,7 +66,10 @@ export async function idempotentFetch(
   // One trace id per intent, the same on every attempt: the server's records and logs join them up.
   if (!headers.has('oncely-trace-id')) headers.set('oncely-trace-id', globalThis.crypto.randomUUID());
   const deadline = Date.now() + deadlineMs;
-  let last: unknown;
+  // The server's last answer outlives a later attempt that got none (a timeout at the deadline):
+  // a 502 tells the caller more than "aborted".
+  let answered: Response | undefined;
+  let failure: unknown;
   for (let attempt = 1; ; attempt++) {
     signal?.throwIfAborted();
     const left = deadline - Date.now();
@@ -81,15 +84,15 @@ export async function idempotentFetch(
       wait = await retryDelay(response);
       if (wait === false)
         return { response, replayed: response.headers.get('idempotent-replayed') === 'true', attempts: attempt, key };
-      last = response;
+      answered = response;
     } catch (error) {
       // The caller's own cancel ends the intent; anything else (no connection, a reset, the
       // attempt's timeout) may have reached the server or not: the same key makes the retry safe.
       if (signal?.aborted) throw signal.reason;
-      last = error;
+      failure = error;
     }
     const delay = typeof wait === 'number' ? wait : backoffDelay(attempt, baseDelayMs, maxDelayMs);
-    if (attempt >= maxAttempts || Date.now() + delay >= deadline) return exhausted(last, attempt, key);
+    if (attempt >= maxAttempts || Date.now() + delay >= deadline) return exhausted(answered ?? failure, attempt, key);
     await sleep(delay, signal);
   }
 }

@@ -259,6 +259,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   };
 
   let server: ServerType | undefined;
+  let closing = false;
   // Resolved against the schema each migrate reads: statements name only tables and columns found there.
   let effects: ScanTarget[] = [];
   const scanner = new DuplicateScanner(db, totals, () => effects, { logger });
@@ -337,6 +338,12 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
         });
       return new Promise<number>((resolve, reject) => {
         server = serve({ fetch: http.fetch, port, hostname: '0.0.0.0' }, (info) => resolve(info.port));
+        // close() ends idle keep-alive connections only: a client (a load balancer's health check)
+        // that keeps one busy would keep the host from stopping. Once stopping, each answer closes its
+        // connection instead.
+        server.prependListener('request', (_request: unknown, response: { shouldKeepAlive: boolean }) => {
+          if (closing) response.shouldKeepAlive = false;
+        });
         // A port in use is an answer for the person starting the host, not an unhandled 'error' event.
         server.once('error', (error: NodeJS.ErrnoException) =>
           reject(
@@ -351,6 +358,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       });
     },
     async stop() {
+      closing = true;
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       await scans?.stop();
       await samples?.stop();
