@@ -21,7 +21,8 @@
  *
  * Environment: BENCH_N (most ops per measurement), BENCH_MAX_MS (longest measurement, default
  * 2500), BENCH_ROUNDS (default 3, best kept), BENCH_WARMUP, BENCH_MEMORY_KEYS, BENCH_JSON (also
- * write the JSON to this file), PG_URL or DATABASE_URL, REDIS_URL.
+ * write the JSON to this file), BENCH_ENGINE_STORES (comma list of the engine part's stores, default
+ * sqlite,postgres,mysql,redis), PG_URL or DATABASE_URL, REDIS_URL.
  */
 import { writeFileSync } from 'node:fs';
 import { type BrokersResult, brokersReport, runBrokers } from './brokers.js';
@@ -154,7 +155,7 @@ async function main(): Promise<void> {
 }
 
 /** The engine part: every store's plan, and memory per key on SQLite. */
-async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }> {
+async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult | undefined }> {
   const id = runId();
   const dir = scratchDir();
   const redis = await redisCpu();
@@ -191,8 +192,9 @@ async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }>
   ];
   const results: Result[] = [];
   let memory: MemoryResult | undefined;
+  const stores = process.env.BENCH_ENGINE_STORES?.split(',');
   try {
-    for (const plan of plans) {
+    for (const plan of plans.filter((p) => !stores || stores.includes(p.store))) {
       results.push(...(await runPlan(plan)));
       // Right after the SQLite runs, before any Redis client: node-redis keeps a 5 s
       // AbortSignal.timeout per command alive, and their release would show up as heap shrinking.
@@ -202,14 +204,14 @@ async function runEngine(): Promise<{ results: Result[]; memory: MemoryResult }>
     dir.remove();
     await redis.close();
   }
-  if (!memory) throw new Error('the memory measurement did not run');
+  if (!memory && (!stores || stores.includes('sqlite'))) throw new Error('the memory measurement did not run');
   return { results, memory };
 }
 
 type Checked = Check & { name: string; store: string };
 
 function report(
-  engine: { results: Result[]; memory: MemoryResult } | undefined,
+  engine: { results: Result[]; memory: MemoryResult | undefined } | undefined,
   observeResults: ObserveResult[] | undefined,
   httpRun: HttpRun | undefined,
   flowsResults: FlowsResult[] | undefined,
@@ -278,7 +280,7 @@ function report(
 /** A load result without its sample of problem messages (which the failures list already has). */
 const strip = ({ problems: _problems, ...rest }: HttpResult['bare']) => rest;
 
-function engineReport(results: Result[], memory: MemoryResult): { lines: string[]; checks: Checked[] } {
+function engineReport(results: Result[], memory: MemoryResult | undefined): { lines: string[]; checks: Checked[] } {
   const row = (name: string) => results.find((r) => r.store === name);
   const powertools = row('powertools redis');
   const checks: Checked[] = [];
@@ -329,9 +331,13 @@ function engineReport(results: Result[], memory: MemoryResult): { lines: string[
     'ops/s follows the larger; where they take turns, the sum:',
     '',
     cpuTable(results),
-    '',
-    `memory (oncely sqlite): heap ${signed(memory.heapDeltaPer10kKeys / 1024)} KiB per 10,000 unique keys over` +
-      ` ${memory.keys.toLocaleString('en-US')} keys (heap ${mib(memory.heapBefore)} -> ${mib(memory.heapAfter)} MiB; ${memory.gc})`,
+    ...(memory
+      ? [
+          '',
+          `memory (oncely sqlite): heap ${signed(memory.heapDeltaPer10kKeys / 1024)} KiB per 10,000 unique keys over` +
+            ` ${memory.keys.toLocaleString('en-US')} keys (heap ${mib(memory.heapBefore)} -> ${mib(memory.heapAfter)} MiB; ${memory.gc})`,
+        ]
+      : []),
   ];
   return { lines, checks };
 }
