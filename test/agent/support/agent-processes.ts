@@ -76,6 +76,8 @@ export function harness(spec: () => Backend) {
               deliveryState: string;
               actionId: string;
               error: string | null;
+              /** The attempt that executed, as the envelope's data says (null for a charged-earlier answer). */
+              attempt: number | null;
             }[],
         ),
       )

@@ -3,7 +3,7 @@
  * test/agent/processes.test.ts; it also exports the tool and backend helpers both sides use.
  * Modes (a JSON job in argv[2]):
  * - burst: prints "ready", waits for "go" on stdin, makes `calls` concurrent calls of one intent
- *   and prints a JSON line of the envelopes' states.
+ *   and prints a JSON line of the envelopes' states (and the attempt that executed, in `data`).
  * - hang: calls the tool once; its execute sends the e-mail downstream, prints "sent" and never
  *   returns, so the test can kill the process after the send and before the record is written.
  * Both call `tool` (the permanent sendReviewNotice, or the finite-TTL sendDigest) with `input`.
@@ -173,7 +173,12 @@ async function main(job: Job): Promise<void> {
   );
   console.log(
     JSON.stringify(
-      results.map((r) => ({ deliveryState: r.deliveryState, actionId: r.actionId, error: r.error?.code ?? null })),
+      results.map((r) => ({
+        deliveryState: r.deliveryState,
+        actionId: r.actionId,
+        error: r.error?.code ?? null,
+        attempt: (r.data as { attempt?: number } | null)?.attempt ?? null,
+      })),
     ),
   );
   await close();
