@@ -247,6 +247,10 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       );
       expect(detail).toContain(String(held?.fingerprint));
       expect(detail).toContain(String(held?.trace_id));
+      // Request ids are per attempt and not stored: the detail says so beside the trace id, and where they are.
+      expect(detail).toMatch(
+        new RegExp(`traceId\\s+${held?.trace_id}\\s+requestIds\\s+not stored on the record: .*X-Request-Id`),
+      );
       await page.fill('#s-value', '{"chargeId":"ch_settled_by_ada"}');
       await page.fill('#s-note', 'PSP ch_settled_by_ada');
       // A cancelled confirmation changes nothing.

@@ -345,9 +345,18 @@ function fields(object) {
   );
 }
 
+const REQUEST_IDS =
+  "not stored on the record: each attempt's request id is in its answer (X-Request-Id, the envelope's requestId), its log lines and the decision hook (onDecision), beside this trace id";
+
 async function record(ref) {
   const r = await api(`/records/${encodeURIComponent(ref)}`);
-  const out = [h('h2', { text: `Record ${r.tenant} / ${r.action} / ${r.key}` }), fields(r)];
+  // A record keeps the intent's trace id, not its attempts' request ids: say where those are, beside it.
+  const shown = {};
+  for (const [k, v] of Object.entries(r)) {
+    shown[k] = v;
+    if (k === 'traceId') shown.requestIds = REQUEST_IDS;
+  }
+  const out = [h('h2', { text: `Record ${r.tenant} / ${r.action} / ${r.key}` }), fields(shown)];
   if (r.state === 'unknown') out.push(settleForm(r));
   return out;
 }
