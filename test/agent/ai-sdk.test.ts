@@ -2,7 +2,7 @@
  * The AI SDK adapter with the real `ai` package: generateText driven by the SDK's MockLanguageModelV3,
  * scripted to call tools (the same call across steps, a parallel pair, a rephrased body), and the
  * SDK's tool approval flow (needsApproval, tool-approval-request, tool-approval-response) wired to
- * oncely's approvals. The runtime runs on a SQLite file.
+ * oncely's approvals; budget exhaustion. The runtime runs on SQLite and PostgreSQL.
  */
 import { generateText, type ModelMessage, stepCountIs, type ToolSet } from 'ai';
 import { MockLanguageModelV3 } from 'ai/test';
@@ -171,6 +171,27 @@ function describeAdapter(kind: BackendKind) {
           .sort(),
       ).toEqual(['already_sent', 'sent']);
       expect(mailer.sent).toHaveLength(1);
+    });
+
+    it('budget exhaustion is an envelope the model reads: BUDGET_EXCEEDED, nothing sent', async () => {
+      const { mailer, runtime, tools } = await setUp({ kind });
+      await runtime.credits.grant('broke', 1);
+      const result = await generateText({
+        model: scriptedModel([
+          [{ toolName: 'sendReviewNotice', input: notice() }],
+          [{ toolName: 'sendReviewNotice', input: notice({ taskId: 'T-2' }) }],
+        ]),
+        tools: tools({ tenant: 'broke' }),
+        prompt: 'Notify twice.',
+        stopWhen: stepCountIs(4),
+      });
+      expect(envelopes(result).flat()).toMatchObject([
+        { deliveryState: 'sent' },
+        { deliveryState: 'failed', success: false, nextAction: 'stop', error: { code: 'BUDGET_EXCEEDED' } },
+      ]);
+      expect(mailer.sent).toHaveLength(1);
+      expect(await runtime.credits.balance('broke')).toBe(0);
+      expect(await runtime.credits.balance(TENANT)).toBe(10);
     });
 
     it('answers a bad input and a missing key field with envelopes', async () => {

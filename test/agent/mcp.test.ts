@@ -1,7 +1,7 @@
 /**
  * The MCP adapter with the real SDK: an McpServer and a Client connected in process, the runtime on
- * a SQLite file. Annotations, sent then already_sent, a parallel pair, a client key in `_meta`,
- * approvals, and errors as envelopes.
+ * SQLite and PostgreSQL. Annotations, sent then already_sent, a parallel pair, a client key in `_meta`,
+ * approvals, budget exhaustion, and errors as envelopes.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
@@ -129,6 +129,19 @@ function describeAdapter(kind: BackendKind) {
       expect(second.envelope).toMatchObject({ deliveryState: 'read', data: { lookups: 2 } });
       expect(mailer.lookups).toBe(2);
       expect(await runtime.credits.balance(TENANT)).toBe(10);
+    });
+
+    it('answers budget exhaustion as an error envelope: BUDGET_EXCEEDED, nothing sent', async () => {
+      const { call, mailer, runtime } = await setUp({ kind, tenant: 'broke' });
+      await runtime.credits.grant('broke', 1);
+      expect((await call('sendReviewNotice', notice())).envelope.deliveryState).toBe('sent');
+      const short = await call('sendReviewNotice', notice({ taskId: 'T-2' }));
+      expect(short).toMatchObject({
+        isError: true,
+        envelope: { deliveryState: 'failed', success: false, nextAction: 'stop', error: { code: 'BUDGET_EXCEEDED' } },
+      });
+      expect(mailer.sent).toHaveLength(1);
+      expect(await runtime.credits.balance('broke')).toBe(0);
     });
 
     it('executes a parallel identical pair once', async () => {
