@@ -1,9 +1,10 @@
 /**
  * What the dashboard's browser tests stand on: a real `oncely serve` (the built CLI) of the app in
  * test/dashboard/app on a database, and the data an operator would look at, made through the app
- * itself: orders with their flows (one failed, one waiting for a signal), a payment whose holder was
- * killed with SIGKILL mid-call (so its record is `unknown`), a dead-lettered webhook, and a pending
- * approval of an agent tool with a credit account.
+ * itself: orders with their flows (one failed, one waiting for a signal), payments whose holders were
+ * killed with SIGKILL mid-call (so their records are `unknown`; a capture's settled by its reconcile
+ * function in an `oncely reconcile` pass), a dead-lettered webhook, and a pending approval of an agent
+ * tool with a credit account.
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -77,6 +78,15 @@ export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean
 export const CHARGE_KEY = 'ORD-U1-charge';
 /** A second unknown charge, settled with `oncely records resolve`. */
 export const CLI_KEY = 'ORD-U2-charge';
+/** An unknown capture, settled by its handler's reconcile function (`oncely reconcile`). */
+export const RECONCILED_KEY = 'ORD-U3-capture';
+
+/** The records left unknown: [handler, order, key]. */
+const VICTIMS = [
+  ['pay.charge', 'ORD-U1', CHARGE_KEY],
+  ['pay.charge', 'ORD-U2', CLI_KEY],
+  ['pay.capture', 'ORD-U3', RECONCILED_KEY],
+] as const;
 export const DEAD_EVENT = 'evt-dead-1';
 
 /** The agent side of the data: a tool that needs approval, and how often it really sent. */
@@ -88,18 +98,16 @@ export interface AgentSide {
 }
 
 /**
- * Leaves two `unknown` records: a serve claims `pay.charge` under 'hold' (lease 1 s), is killed
- * with SIGKILL inside the call (twice), and the first caller after the lease meets OUTCOME_UNKNOWN.
+ * Leaves three `unknown` records: a serve claims `pay.charge` (or `pay.capture`) under 'hold'
+ * (lease 1 s), is killed with SIGKILL inside the call (three times), and the first caller after
+ * the lease meets OUTCOME_UNKNOWN.
  */
 export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db): Promise<void> {
   // One victim per charge: on SQLite a hanging handler's transaction holds the write lock.
-  for (const [orderId, key] of [
-    ['ORD-U1', CHARGE_KEY],
-    ['ORD-U2', CLI_KEY],
-  ] as const) {
+  for (const [handler, orderId, key] of VICTIMS) {
     const victim = await startServe(db, ledgerUp);
     const headers = { 'idempotency-key': key };
-    void post(victim.base, '/v1/invoke/pay.charge', { orderId, hang: true }, headers).catch(() => undefined);
+    void post(victim.base, `/v1/invoke/${handler}`, { orderId, hang: true }, headers).catch(() => undefined);
     await until(
       () => rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [key]),
       (r) => r[0]?.state === 'in_progress',
@@ -109,7 +117,7 @@ export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db)
 }
 
 /** Makes what the pages show, through the running serve `base` (and the database `rows`). */
-export async function makeData(base: string, rows: Db, ledgerUp: string): Promise<AgentSide> {
+export async function makeData(base: string, rows: Db, ledgerUp: string, db: string): Promise<AgentSide> {
   // Orders, each sent twice (the second is replayed: a duplicate intercepted).
   for (const [orderId, extra] of [
     ['ORD-1', {}],
@@ -136,16 +144,17 @@ export async function makeData(base: string, rows: Db, ledgerUp: string): Promis
   for (const id of ['evt-2', 'evt-3'])
     await post(base, '/v1/webhooks/hooks', { id, type: 'order.paid', orderId: `ORD-P${id}` });
   // The killed charges: after their lease the next caller is told the outcome is unknown.
-  for (const [orderId, key] of [
-    ['ORD-U1', CHARGE_KEY],
-    ['ORD-U2', CLI_KEY],
-  ] as const) {
+  for (const [handler, orderId, key] of VICTIMS) {
     const unknown = await until(
-      () => post(base, '/v1/invoke/pay.charge', { orderId, hang: true }, { 'idempotency-key': key }),
+      () => post(base, `/v1/invoke/${handler}`, { orderId, hang: true }, { 'idempotency-key': key }),
       (r) => r.status !== 409 || r.json.error?.code === 'OUTCOME_UNKNOWN',
     );
-    if (unknown.json.error?.code !== 'OUTCOME_UNKNOWN') throw new Error(`charge: ${JSON.stringify(unknown.json)}`);
+    if (unknown.json.error?.code !== 'OUTCOME_UNKNOWN') throw new Error(`${handler}: ${JSON.stringify(unknown.json)}`);
   }
+  // The reconciler's pass: the capture's reconcile function settles it; the charges (none) wait for a person.
+  const reconciled = await cli(['reconcile', APP, '--db', db, '--older-than', '0', '--json']);
+  const report = JSON.parse(reconciled);
+  if (report.settled.length !== 1 || report.awaiting[0]?.count !== 2) throw new Error(`reconcile: ${reconciled}`);
   // A person's signal to the waiting review: its payload says who.
   const flows = await createFlows({ db: rows, flows: [] });
   const [review] = await rows.all<{ workflow_id: string }>(

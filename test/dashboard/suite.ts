@@ -21,6 +21,7 @@ import {
   makeData,
   openDb,
   post,
+  RECONCILED_KEY,
   type Serve,
   startServe,
   stopServe,
@@ -80,7 +81,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       // The first serve migrates, claims the charge and dies; the one the browser uses starts after it.
       await leaveUnknownCharge(db, ledgerUp, rows);
       serve = await startServe(db, ledgerUp);
-      side = await makeData(serve.base, rows, ledgerUp);
+      side = await makeData(serve.base, rows, ledgerUp, db);
       browser = await launch();
       page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
       page.on('request', (r) => requested.push(r.url()));
@@ -223,6 +224,29 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
         { 'idempotency-key': CLI_KEY },
       );
       expect([next.status, next.json.data]).toEqual([200, { chargeId: 'ch_cli' }]);
+    });
+
+    it('records: what the reconciler did, in the list and the detail; the next caller gets its value', async () => {
+      await page.goto(`${serve.base}/oncely/#records?action=${encodeURIComponent('POST pay.capture')}`);
+      const listed = page.locator('[data-testid=records] tbody tr', { hasText: RECONCILED_KEY });
+      await listed.waitFor();
+      expect(await listed.innerText()).toMatch(/succeeded\s+\d+\s+reconciler \(value\)/);
+      await page.getByRole('link', { name: new RegExp(RECONCILED_KEY) }).click();
+      await page.locator('main h2', { hasText: RECONCILED_KEY }).waitFor();
+      const detail = await text('main');
+      expect(detail).toContain('"by": "reconciler"');
+      expect(detail).toContain('"answer": "value"');
+      expect(detail).toContain(`"captureId": "cap_found_${RECONCILED_KEY}"`);
+      // No settle form: the record is no longer unknown.
+      expect(await page.locator('form.settle').count()).toBe(0);
+      await shot('record-reconciled');
+      const next = await post(
+        serve.base,
+        '/v1/invoke/pay.capture',
+        { orderId: 'ORD-U3', hang: true },
+        { 'idempotency-key': RECONCILED_KEY },
+      );
+      expect([next.status, next.json.data]).toEqual([200, { captureId: `cap_found_${RECONCILED_KEY}` }]);
     });
 
     it('records: filters to the unknown charge, shows its detail, and settling it answers the next caller', async () => {
