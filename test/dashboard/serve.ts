@@ -80,14 +80,21 @@ export const CHARGE_KEY = 'ORD-U1-charge';
 export const CLI_KEY = 'ORD-U2-charge';
 /** An unknown capture, settled by its handler's reconcile function (`oncely reconcile`). */
 export const RECONCILED_KEY = 'ORD-U3-capture';
+/** Unknown charges settled from the page with an error, and with a retry. */
+export const ERROR_KEY = 'ORD-U4-charge';
+export const RETRY_KEY = 'ORD-U5-charge';
 
 /** The records left unknown: [handler, order, key]. */
 const VICTIMS = [
   ['pay.charge', 'ORD-U1', CHARGE_KEY],
   ['pay.charge', 'ORD-U2', CLI_KEY],
   ['pay.capture', 'ORD-U3', RECONCILED_KEY],
+  ['pay.charge', 'ORD-U4', ERROR_KEY],
+  ['pay.charge', 'ORD-U5', RETRY_KEY],
 ] as const;
 export const DEAD_EVENT = 'evt-dead-1';
+/** A second dead letter, replayed with "Replay all". */
+export const DEAD_EVENT_2 = 'evt-dead-2';
 
 /** The agent side of the data: a tool that needs approval, and how often it really sent. */
 export interface AgentSide {
@@ -98,9 +105,9 @@ export interface AgentSide {
 }
 
 /**
- * Leaves three `unknown` records: a serve claims `pay.charge` (or `pay.capture`) under 'hold'
- * (lease 1 s), is killed with SIGKILL inside the call (three times), and the first caller after
- * the lease meets OUTCOME_UNKNOWN.
+ * Leaves `unknown` records: a serve claims `pay.charge` (or `pay.capture`) under 'hold' (lease 1 s)
+ * and is killed with SIGKILL inside the call, once per victim; the first caller after the lease
+ * meets OUTCOME_UNKNOWN.
  */
 export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db): Promise<void> {
   // One victim per charge: on SQLite a hanging handler's transaction holds the write lock.
@@ -130,11 +137,16 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
       if (res.status !== 200) throw new Error(`orders.create ${orderId}: ${JSON.stringify(res.json)}`);
     }
   // The ledger is down: this payment's event is dead-lettered after its one attempt.
-  await post(base, '/v1/webhooks/hooks', { id: DEAD_EVENT, type: 'order.paid', orderId: 'ORD-D' });
-  await until(
-    () => rows.all<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [DEAD_EVENT]),
-    (r) => r[0]?.status === 'dead',
-  );
+  for (const [id, orderId] of [
+    [DEAD_EVENT, 'ORD-D'],
+    [DEAD_EVENT_2, 'ORD-D2'],
+  ] as const) {
+    await post(base, '/v1/webhooks/hooks', { id, type: 'order.paid', orderId });
+    await until(
+      () => rows.all<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [id]),
+      (r) => r[0]?.status === 'dead',
+    );
+  }
   // The failed flow fails while the ledger is down, too (its label step reads the same file).
   await until(
     () => rows.all<{ status: string }>("SELECT status FROM oncely_flows WHERE name = 'ship' AND biz_id LIKE '%ORD-3%'"),
@@ -154,7 +166,8 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
   // The reconciler's pass: the capture's reconcile function settles it; the charges (none) wait for a person.
   const reconciled = await cli(['reconcile', APP, '--db', db, '--older-than', '0', '--json']);
   const report = JSON.parse(reconciled);
-  if (report.settled.length !== 1 || report.awaiting[0]?.count !== 2) throw new Error(`reconcile: ${reconciled}`);
+  if (report.settled.length !== 1 || report.awaiting[0]?.count !== VICTIMS.length - 1)
+    throw new Error(`reconcile: ${reconciled}`);
   // A person's signal to the waiting review: its payload says who.
   const flows = await createFlows({ db: rows, flows: [] });
   const [review] = await rows.all<{ workflow_id: string }>(

@@ -17,11 +17,14 @@ import {
   cli,
   countsOf,
   DEAD_EVENT,
+  DEAD_EVENT_2,
+  ERROR_KEY,
   leaveUnknownCharge,
   makeData,
   openDb,
   post,
   RECONCILED_KEY,
+  RETRY_KEY,
   type Serve,
   startServe,
   stopServe,
@@ -249,15 +252,22 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect([next.status, next.json.data]).toEqual([200, { captureId: `cap_found_${RECONCILED_KEY}` }]);
     });
 
-    it('records: filters to the unknown charge, shows its detail, and settling it answers the next caller', async () => {
+    it('records: filters to the unknown charges, shows a detail, and settling it with a value answers the next caller', async () => {
       await page.goto(`${serve.base}/oncely/#records`);
       await page.selectOption('#f-state', 'unknown');
       await page.getByRole('button', { name: 'Apply' }).click();
       const link = page.getByRole('link', { name: new RegExp(CHARGE_KEY) });
       await link.waitFor();
-      // Drawn again with the filter: the one unknown record alone.
+      // Drawn again with the filter: the unknown records alone (the database's count of them, each one unknown).
       await page.waitForFunction(() => location.hash.includes('state=unknown'));
-      await page.waitForFunction(() => document.querySelectorAll('[data-testid=records] tbody tr').length === 1);
+      const unknown = Number((await countsOf(rows, 'oncely_records', 'state')).unknown);
+      expect(unknown).toBe(3);
+      await page.waitForFunction(
+        (n) => document.querySelectorAll('[data-testid=records] tbody tr').length === n,
+        unknown,
+      );
+      for (const tr of await page.locator('[data-testid=records] tbody tr').all())
+        expect(await tr.innerText()).toMatch(/\tunknown\t/);
       // Every control has a label.
       for (const control of await page.locator('main input, main select').all())
         expect(await control.evaluate((el) => (el as HTMLInputElement).labels?.length ?? 0)).toBeGreaterThan(0);
@@ -307,7 +317,47 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(await listed.innerText()).toContain('admin:token:ada (value)');
     });
 
-    it('events: the dead letter with its last error and attempts; replayed from the page, applied once', async () => {
+    it('records: settled from the page with an error (the next caller gets it) and with a retry (it runs again)', async () => {
+      const settle = async (key: string, how: 'error' | 'retry', fill: () => Promise<void>) => {
+        await page.goto(`${serve.base}/oncely/#record/${encodeURIComponent(`default/POST pay.charge/${key}`)}`);
+        await page.locator('form.settle').waitFor();
+        await page.check(`input[name=how][value=${how}]`);
+        await fill();
+        await confirmClick('Settle…', 'Settled.');
+        const [held] = await rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [key]);
+        return held?.state;
+      };
+      const failed = await settle(ERROR_KEY, 'error', async () => {
+        await page.fill('#s-message', 'declined at the PSP');
+        await page.fill('#s-code', 'CARD_DECLINED');
+      });
+      expect(failed).toBe('failed');
+      expect(await text('main')).toMatch(/"answer": "error"/);
+      const declined = await post(
+        serve.base,
+        '/v1/invoke/pay.charge',
+        { orderId: 'ORD-U4', hang: true },
+        { 'idempotency-key': ERROR_KEY },
+      );
+      expect(declined.status).not.toBe(200);
+      expect(declined.json.error).toMatchObject({ code: 'CARD_DECLINED', message: 'declined at the PSP' });
+      // A retry releases the key: the next caller runs the charge (this time to its end).
+      expect(await settle(RETRY_KEY, 'retry', async () => {})).toBe('released');
+      const again = await post(
+        serve.base,
+        '/v1/invoke/pay.charge',
+        { orderId: 'ORD-U5' },
+        { 'idempotency-key': RETRY_KEY },
+      );
+      expect([again.status, again.json.data]).toEqual([200, { chargeId: 'ch_ORD-U5' }]);
+      const [ran] = await rows.all<{ state: string; attempts: number | string }>(
+        'SELECT state, attempts FROM oncely_records WHERE key = ?',
+        [RETRY_KEY],
+      );
+      expect([ran?.state, Number(ran?.attempts)]).toEqual(['succeeded', 2]);
+    });
+
+    it('events: dead letters with their last error and attempts; replayed from the page one, then all, each applied once', async () => {
       await page.goto(`${serve.base}/oncely/#events`);
       const dead = page.locator('[data-testid=dead-letters] tbody tr', { hasText: DEAD_EVENT });
       await dead.waitFor();
@@ -328,6 +378,21 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       );
       expect(Number((await applied())[0]?.n)).toBe(1);
       expect(await page.locator('[data-testid=dead-letters] tbody tr', { hasText: DEAD_EVENT }).count()).toBe(0);
+      // Replay all: the one left is applied once too, the first not again.
+      const appliedTo = async (orderId: string) =>
+        Number(
+          (await rows.all<{ n: number | string }>('SELECT COUNT(*) AS n FROM applied WHERE event_id = ?', [orderId]))[0]
+            ?.n,
+        );
+      expect(await appliedTo('ORD-D2')).toBe(0);
+      await confirmClick('Replay all dead letters', 'Replayed 1.');
+      await until(
+        () => rows.all<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [DEAD_EVENT_2]),
+        (r) => r[0]?.status === 'applied',
+      );
+      expect([await appliedTo('ORD-D'), await appliedTo('ORD-D2')]).toEqual([1, 1]);
+      await page.reload();
+      await page.locator('[data-testid=dead-letters] tbody tr', { hasText: 'none' }).waitFor();
     });
 
     it('flows: the failed flow as a timeline with its step keys and error; retried from the page; signals with who', async () => {
