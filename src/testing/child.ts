@@ -3,11 +3,13 @@
  * user's module, takes the named export (a function of `(input, caller)`), and by `mode`:
  * - calls: prints "oncely:ready", waits for a line on stdin, makes `calls` concurrent calls and
  *   prints "oncely:result" with their outcomes as JSON.
- * - once: one call (a crash test's first attempt: its hooks kill the process at the window).
+ * - once: one call (a crash test's first attempt: its hooks kill the process at the window; at
+ *   'completed', once the call has returned, before its outcome is printed).
  * - retry: calls while the answer is IN_PROGRESS (a lease still running), for up to `retryForMs`.
  */
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
+import { crashIfDeferred, deferCompletedCrash } from './crash-hooks.js';
 import { type CallerOutcome, outcomeOf, READY_LINE, RESULT_LINE } from './outcome.js';
 import type { ChildJob } from './spawn.js';
 
@@ -28,7 +30,9 @@ if (job.mode === 'calls') {
   const settled = await Promise.allSettled(Array.from({ length: job.calls ?? 1 }, (_, i) => call(first + i)));
   outcomes = settled.map((s, i) => outcomeOf(first + i, phase, s));
 } else if (job.mode === 'once') {
+  deferCompletedCrash();
   const [settled] = await Promise.allSettled([call(first)]);
+  crashIfDeferred();
   outcomes = [outcomeOf(first, phase, settled as PromiseSettledResult<unknown>)];
 } else {
   const end = performance.now() + (job.retryForMs ?? 10_000);

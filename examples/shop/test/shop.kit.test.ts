@@ -9,7 +9,6 @@ import { join } from 'node:path';
 import type { Host } from 'oncely/host';
 import { signStandardWebhook } from 'oncely/host';
 import {
-  crashWindows,
   faultProxy,
   type RecordingDownstream,
   recordingDownstream,

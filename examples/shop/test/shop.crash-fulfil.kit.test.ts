@@ -1,0 +1,62 @@
+/**
+ * The shop's third handler, orders.fulfil (effects 'external': its claim commits first, then the
+ * order's move and the flow's start), killed with SIGKILL at every crash window and retried from
+ * a fresh process: one fulfilment flow per order whichever window the host died in.
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { crashWindows, storm } from 'oncely/testing';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { APP, count, shopHost } from './client.js';
+
+process.env.ONCELY_DEMO = '1';
+const WINDOWS = ['claimed', 'before-effect', 'after-effect', 'completed'] as const;
+
+describe('the shop handler orders.fulfil killed at every crash window', () => {
+  // No host in this process while the children write (a SQLite writer here would wait on their lock).
+  const db = join(mkdtempSync(join(tmpdir(), 'oncely-shop-fulfil-crash-')), 'shop.db');
+  const env = { ONCELY_DEMO: '1' };
+  let orders: Record<string, string> = {};
+  beforeAll(async () => {
+    const host = await shopHost(db);
+    await host.stop();
+    // A paid order per window, made and paid in a child process of its own (no crash variables there).
+    const made = await storm({
+      run: () => undefined,
+      sequential: 0,
+      concurrent: 1,
+      processes: 1,
+      child: { module: join(APP, 'test', 'deliver.ts'), export: 'paidOrders', env, input: { db, names: WINDOWS } },
+      effects: () => 1,
+    });
+    orders = made.calls.find((c) => c.phase === 'process 1')?.value as Record<string, string>;
+    for (const w of WINDOWS) expect(orders[w]).toMatch(/^ord_/);
+  }, 60_000);
+
+  it('one flow per order; the retry takes the claim over after its 30 s lease, or replays at completed', async () => {
+    const report = await crashWindows({
+      name: 'orders.fulfil',
+      child: { module: join(APP, 'test', 'client.ts'), export: 'invoke', env },
+      action: 'POST orders.fulfil',
+      // orders.fulfil keeps the default 30 s lease: the four windows wait it out together.
+      parallel: true,
+      retryForMs: 45_000,
+      input: (w) => ({ db, handler: 'orders.fulfil', key: `fulfil-${w}`, body: { orderId: orders[w] } }),
+      effects: (w) => count(db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${orders[w]}%`),
+    });
+    console.log(report.table);
+    expect(Object.fromEntries(report.cases.map((c) => [c.window, c.got]))).toEqual({
+      claimed: 'taken over',
+      'before-effect': 'taken over',
+      'after-effect': 'taken over',
+      completed: 'replayed',
+    });
+    for (const w of WINDOWS) {
+      expect(count(db, "SELECT count(*) AS n FROM orders WHERE id = ? AND status = 'fulfilling'", orders[w])).toBe(1);
+      // The takeover found the order moved (0 rows) and the flow started: the same flow, answered again.
+      const c = report.cases.find((x) => x.window === w);
+      expect((c?.retry.value as { workflowId?: string } | undefined)?.workflowId).toBeTruthy();
+    }
+  }, 120_000);
+});
