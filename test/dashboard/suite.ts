@@ -483,5 +483,29 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(requested.length).toBeGreaterThan(20);
       expect(requested.filter((url) => !url.startsWith(`${serve.base}/`))).toEqual([]);
     });
+
+    it('phone width: every page and detail fits 390 px without sideways scrolling', async () => {
+      const [flow] = await rows.all<{ workflow_id: string }>(
+        "SELECT workflow_id FROM oncely_flows WHERE name = 'ship'",
+      );
+      await page.setViewportSize({ width: 390, height: 844 });
+      try {
+        for (const [hash, ready] of [
+          ['#records', '[data-testid=records]'],
+          [`#record/${encodeURIComponent(`default/POST pay.charge/${CHARGE_KEY}`)}`, 'main dl.fields'],
+          ['#events', '[data-testid=events]'],
+          ['#flows', '[data-testid=flows]'],
+          [`#flow/${encodeURIComponent(String(flow?.workflow_id))}`, '[data-testid=steps]'],
+          ['#agent?status=approved', '[data-testid=approvals]'],
+        ] as const) {
+          await page.goto(`${serve.base}/oncely/${hash}`);
+          await page.locator(ready).waitFor();
+          expect(await page.evaluate(() => document.documentElement.scrollWidth), hash).toBeLessThanOrEqual(390);
+        }
+        await shot('agent-phone');
+      } finally {
+        await page.setViewportSize({ width: 1280, height: 900 });
+      }
+    });
   });
 }
