@@ -46,10 +46,20 @@ export function idempotent<Args extends unknown[]>(
     const headers = idHeaders((name) => given.get(name));
     const declared = given.get('content-length');
     if (declared !== null && Number(declared) > gate.maxBodyBytes) return toResponse(gate.tooLarge(headers));
-    // The gate reads a copy (a tee of the stream), so the handler reads its own request as usual.
-    const bytes = await readBody(request.clone(), gate.maxBodyBytes);
+    // The body is read once, here: whole when its length is declared (the platform delivers no
+    // more than that, and @hono/node-server reads it straight off the socket), else up to the limit.
+    // A copy for the gate (request.clone(), a tee of the stream) cost several times the bare request.
+    // (`request.body` is not asked first: on @hono/node-server that builds a stream of the socket.)
+    const hasBody = declared !== null || request.body !== null;
+    const bytes =
+      declared !== null
+        ? new Uint8Array(await request.arrayBuffer())
+        : hasBody
+          ? await readBody(request, gate.maxBodyBytes)
+          : EMPTY;
     if (bytes === undefined) return toResponse(gate.tooLarge(headers));
-    const parsed = parseBody(bytes, given.get('content-type'));
+    const type = given.get('content-type');
+    const parsed = parseBody(bytes, type);
     if (parsed === 'invalid') return toResponse(invalidBody());
     const target = targetOf(request.url);
     const query = target.indexOf('?');
@@ -62,8 +72,10 @@ export function idempotent<Args extends unknown[]>(
       bodyBytes: bytes.byteLength,
       headers,
     });
-    if (start.kind === 'pass') return handler(request, ...args);
     if (start.kind === 'respond') return toResponse(start.response);
+    // The handler reads the same bytes from the request it was given, as if unread.
+    if (hasBody) refill(request, bytes, parsed.text, type);
+    if (start.kind === 'pass') return handler(request, ...args);
     let res: Response;
     try {
       res = await start.run.within(() => handler(request, ...args));
@@ -75,4 +87,72 @@ export function idempotent<Args extends unknown[]>(
     const captured = await capture(res, gate.maxBodyBytes);
     return sentResponse(captured, await start.run.finish(captured.response, captured.complete));
   };
+}
+
+const EMPTY = new Uint8Array(0);
+
+const unusable = () => new TypeError('Body is unusable: it has already been read');
+
+/**
+ * Makes a request whose body the gate has read readable again, on the object itself (a Next.js
+ * `NextRequest` stays one): its body methods, `body` and `bodyUsed` serve `bytes`, read once as a
+ * body is. `text()` and `json()` come straight from the decoded text; the others, and `body`,
+ * from a `Response` over the bytes, made when first asked for. `clone()` is a new `Request` with them.
+ */
+function refill(request: Request, bytes: Uint8Array<ArrayBuffer>, text: string, type: string | null): void {
+  let used = false;
+  let held: Response | undefined;
+  const holder = () => {
+    held ??= new Response(bytes, type === null ? undefined : { headers: { 'content-type': type } });
+    return held;
+  };
+  const read =
+    <T>(fast: () => T, slow: (r: Response) => Promise<T>) =>
+    (): Promise<T> => {
+      if (held !== undefined) return slow(held);
+      if (used) return Promise.reject(unusable());
+      used = true;
+      try {
+        return Promise.resolve(fast());
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    };
+  const method = (name: 'arrayBuffer' | 'blob' | 'bytes' | 'formData') => (): Promise<unknown> => {
+    if (used) return Promise.reject(unusable());
+    return holder()[name]();
+  };
+  Object.defineProperties(request, {
+    text: {
+      configurable: true,
+      writable: true,
+      value: read(
+        () => text,
+        (r) => r.text(),
+      ),
+    },
+    json: {
+      configurable: true,
+      writable: true,
+      value: read(
+        () => JSON.parse(text) as unknown,
+        (r) => r.json(),
+      ),
+    },
+    arrayBuffer: { configurable: true, writable: true, value: method('arrayBuffer') },
+    blob: { configurable: true, writable: true, value: method('blob') },
+    bytes: { configurable: true, writable: true, value: method('bytes') },
+    formData: { configurable: true, writable: true, value: method('formData') },
+    body: { configurable: true, get: () => holder().body },
+    bodyUsed: { configurable: true, get: () => used || (held?.bodyUsed ?? false) },
+    clone: {
+      configurable: true,
+      writable: true,
+      value(): Request {
+        if (used || held?.bodyUsed) throw unusable();
+        const { method: verb, headers, signal, url } = request;
+        return new Request(url, { method: verb, headers, signal, body: bytes.slice() });
+      },
+    },
+  });
 }

@@ -17,6 +17,7 @@ import { OncelyError } from '../core/errors.js';
 import { holdResponse } from '../express/capture.js';
 import { factsOf, send } from '../express/middleware.js';
 import { IdempotencyGate, type IdempotencyOptions } from '../http/gate.js';
+import type { HttpResponse } from '../http/response.js';
 import { toResponse } from '../http/web.js';
 
 /** The injection token of the interceptor's options: `{ provide: IDEMPOTENCY_OPTIONS, useValue: { once } }`. */
@@ -64,7 +65,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
           // A route with @Res() answers itself, so Nest sends nothing it returns: the answer is written here.
           if (ownsResponse) return of(send(http.getResponse<Response>(), start.response));
           // A web Response is the whole answer to Nest: its status and headers win over the route's.
-          return of(toResponse(start.response));
+          // Its length is given, which Nest passes on: the body then goes out in one write, not chunked.
+          return of(toResponse(withLength(start.response)));
         }
         // What Nest (or an exception filter) writes to the Express response is held until it is stored.
         holdResponse(http.getResponse<Response>(), gate.maxBodyBytes, start.run);
@@ -88,6 +90,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     return route;
   }
+}
+
+/** The response with its Content-Length set (none on a 204 or 304, which have no body). */
+function withLength(response: HttpResponse): HttpResponse {
+  const { status, headers, body } = response;
+  if (status !== 204 && status !== 304 && headers['content-length'] === undefined)
+    headers['content-length'] = String(body.byteLength);
+  return response;
 }
 
 /** A route's gate, and whether the route writes its response itself. */
