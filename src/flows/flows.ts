@@ -7,6 +7,7 @@ import { keyFrom, validateKey } from '../core/key.js';
 import { type ObserveOptions, Observer } from '../core/observer.js';
 import { endSpan, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Db, Sql } from '../db/types.js';
+import type { TestHooks } from '../engine/hooks.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
 import { type ExecutionOutcome, executeFlow } from './replay.js';
@@ -31,6 +32,12 @@ export interface FlowsOptions extends ObserveOptions {
   poll?: Duration;
   /** What starts, leases and due times are judged by (a test's manual clock); timers stay real. Default the system clock. */
   clock?: Clock;
+  /**
+   * Test only (oncely/testing's crash windows): called at each window of each step that runs
+   * ('claimed', 'before-effect', 'after-effect', 'completed'), as the engine's `hooks` are, with
+   * `action` `<flow>/<step id>` and `key` the step's idempotency key. Absent in production.
+   */
+  hooks?: TestHooks;
 }
 
 /** A flow as stored, for `list`, `show` and `result`. */
@@ -379,7 +386,17 @@ export class Flows {
     const held = this.work.keep(claim);
     let outcome: ExecutionOutcome;
     try {
-      outcome = await executeFlow(db, flow, id, JSON.parse(claim.row.input), () => held.holds(), this.observer);
+      const hooks = this.options.hooks;
+      outcome = await executeFlow(
+        db,
+        flow,
+        id,
+        JSON.parse(claim.row.input),
+        () => held.holds(),
+        this.observer,
+        // The claim's fence may move on (this process claimed the flow again): read it at each window.
+        hooks && { at: hooks, fence: () => claim.fence },
+      );
     } finally {
       held.stop();
     }

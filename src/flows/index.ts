@@ -8,4 +8,4 @@ export {
   type StepOptions,
 } from './define.js';
 export { createFlows, type FlowRecord, Flows, type FlowsOptions } from './flows.js';
-export { StepFailed } from './replay.js';
+export { StepFailed, type StepHookCall } from './replay.js';

@@ -4,6 +4,7 @@ import { OncelyError } from '../core/errors.js';
 import type { Observer } from '../core/observer.js';
 import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
+import type { CrashWindow, HookCall, TestHooks } from '../engine/hooks.js';
 import type { Statement } from '../work/index.js';
 import type { AnyFlow, FlowRun, StepContext, StepOptions } from './define.js';
 import * as q from './sql.js';
@@ -63,6 +64,26 @@ async function durable<R>(operation: () => Promise<R>): Promise<R> {
   }
 }
 
+/**
+ * What the test hooks are told at a flow step's window (oncely/testing's crash windows): the
+ * engine's shape, with `action` the flow and step (`<flow>/<step id>`, e.g. `order-fulfilment/pack`),
+ * `key` the step's idempotency key, `fence` the run's claim, and the step's try. Flows have no
+ * tenant: 'default'.
+ */
+export interface StepHookCall extends HookCall {
+  readonly surface: 'flow';
+  readonly workflowId: string;
+  readonly stepId: string;
+  /** The step's try in this run: 1, more on retries. */
+  readonly attempt: number;
+}
+
+/** The test hooks of a run, with its claim's current fence. */
+export interface RunHooks {
+  at: TestHooks;
+  fence: () => number;
+}
+
 /** A step of the flow, or the compensation of one: counted apart, compensations as compensations. */
 type StepKind = 'step' | 'compensation';
 
@@ -80,6 +101,7 @@ export async function executeFlow(
   input: unknown,
   holds: () => boolean,
   observer: Observer,
+  hooks?: RunHooks,
 ): Promise<ExecutionOutcome> {
   const { metrics } = observer;
   const tracer = observer.activeTracer;
@@ -89,6 +111,21 @@ export async function executeFlow(
   const stepContext = (stepId: string, attempt: number): StepContext => {
     const idempotencyKey = `${workflowId}:${stepId}`;
     return { idempotencyKey, workflowId, stepId, attempt, subKey: (i) => `${idempotencyKey}:${i}` };
+  };
+  // A step's windows, for crash tests: the claim's fence at the moment, the step's key and try.
+  const at = (window: CrashWindow, stepId: string, attempt: number) => {
+    if (!hooks) return;
+    const call: StepHookCall = {
+      surface: 'flow',
+      tenant: 'default',
+      action: `${flow.name}/${stepId}`,
+      key: `${workflowId}:${stepId}`,
+      fence: hooks.fence(),
+      workflowId,
+      stepId,
+      attempt,
+    };
+    return hooks.at(window, call);
   };
   const all = <R>({ text, values }: Statement) => db.all<R>(text, values);
   const write = ({ text, values }: Statement) => db.run(text, values);
@@ -158,9 +195,12 @@ export async function executeFlow(
     if (memo?.status === 'failed') throw new StepFailed(stepId, JSON.parse(memo.error ?? '{}'));
     const { attempts = 3, backoff = '100ms', maxBackoff = '10s', final } = options.retry ?? {};
     const startedAt = Date.now();
+    // Tests only (one check per window when off): the step starts under the run's claim, not memoized.
+    if (hooks) await at('claimed', stepId, 1);
     for (let attempt = 1; ; attempt++) {
       if (!holds()) throw new Suspend('lease_lost');
       let value: T;
+      if (hooks) await at('before-effect', stepId, attempt);
       try {
         value = await fn(stepContext(stepId, attempt));
       } catch (error) {
@@ -197,6 +237,8 @@ export async function executeFlow(
         await sleep(backoffDelay(attempt, toMs(backoff, 'backoff'), toMs(maxBackoff, 'maxBackoff')));
         continue;
       }
+      // The step returned (its effect happened); its completion is not stored yet.
+      if (hooks) await at('after-effect', stepId, attempt);
       const text = JSON.stringify(value ?? null);
       // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
       const inserted = await durable(() =>
@@ -215,6 +257,8 @@ export async function executeFlow(
         started_at: startedAt,
       });
       if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
+      // Stored: a crash from here on answers the step from its memo; the flow has not moved on.
+      if (hooks) await at('completed', stepId, attempt);
       return { value: result, memoized: false, attempts: attempt };
     }
   };

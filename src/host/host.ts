@@ -85,7 +85,7 @@ export interface HostOptions {
   adminToken?: string;
   /** The clock of the engine and the flows (a test's manual clock); the event queue and the outbox keep the system's. */
   clock?: Clock;
-  /** Test only (oncely/testing's crash windows): the engine's hooks at each window of each execution. */
+  /** Test only (oncely/testing's crash windows): the engine's and the flows' hooks at each window of each execution and step. */
   hooks?: TestHooks;
 }
 
@@ -133,7 +133,9 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
 
   // Flows share the app's database, so a handler's flows.start commits with the handler.
   const flows =
-    app.flows.length > 0 ? await createFlows({ db, flows: app.flows, logger, onDecision, metrics, clock }) : undefined;
+    app.flows.length > 0
+      ? await createFlows({ db, flows: app.flows, logger, onDecision, metrics, clock, hooks })
+      : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
     return (

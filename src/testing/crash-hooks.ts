@@ -41,7 +41,7 @@ function die(line: string): never {
 
 /**
  * The hooks a crash test needs, or undefined when this process is not a crash test's child (no
- * ONCELY_CRASH_AT): pass them to `createOncely({ hooks })` or `openHost(dir, db, { hooks })` in
+ * ONCELY_CRASH_AT): pass them to `createOncely({ hooks })`, `createFlows({ hooks })` or `openHost(dir, db, { hooks })` in
  * the code `crashWindows` runs. At the named window the process prints a line and kills itself
  * with SIGKILL: no finally block, no exit handler, no flush, as a power cut or the OOM killer.
  *
@@ -49,7 +49,9 @@ function die(line: string): never {
  * leaves the process: the engine reaches that window once it wrote the outcome, which inside a
  * transaction (a host handler's, a consumer's, a `tx` of yours) is before that commits; a kill
  * there would roll the outcome back, and the window the caller cares about, the answer lost after
- * the commit, would never be tested. Elsewhere it dies at the window itself.
+ * the commit, would never be tested. Elsewhere it dies at the window itself, as it does at a flow
+ * step's 'completed' (`createFlows({ hooks })`): the step's completion is a write of its own, and
+ * the window is the flow not yet moved on.
  * @example const once = await createOncely({ store, hooks: crashHooks() });
  */
 export function crashHooks(env: NodeJS.ProcessEnv = process.env): TestHooks | undefined {
@@ -62,7 +64,9 @@ export function crashHooks(env: NodeJS.ProcessEnv = process.env): TestHooks | un
     if (window !== at || (action && call.action !== action)) return;
     const line = `${window} ${call.action} ${call.key}`;
     const slot = (globalThis as WithSlot)[DEFERRED];
-    if (window === 'completed' && slot) slot.pending ??= line;
+    // A flow step's completion is its own write, committed when the window comes: dies there, before the flow moves on.
+    const step = (call as { surface?: unknown }).surface === 'flow';
+    if (window === 'completed' && slot && !step) slot.pending ??= line;
     else die(line);
   };
 }

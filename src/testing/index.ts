@@ -7,6 +7,7 @@ export type { CrashWindow, HookCall, TestHooks } from '../engine/hooks.js';
 export { type CrashCase, type CrashOptions, type CrashReport, crashWindows } from './crash.js';
 export { crashHooks } from './crash-hooks.js';
 export { type Fault, type FaultProxy, type FaultRule, faultProxy, type SeenRequest } from './fault-proxy.js';
+export { flowResult } from './flow-result.js';
 export { type ManualClock, manualClock } from './manual-clock.js';
 export { type CallerOutcome, invokeResult } from './outcome.js';
 export {
