@@ -1,0 +1,76 @@
+/**
+ * The shop's fulfilment flow killed with SIGKILL at every window of its step 'pack' (claimed,
+ * before its effect, after it before its completion is stored, stored before the flow moves on),
+ * and resumed by a fresh process's host: one flow per order, completed, its step stored once.
+ */
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { crashWindows, storm } from 'oncely/testing';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { APP, count, shopHost } from './client.js';
+
+process.env.ONCELY_DEMO = '1';
+const WINDOWS = ['claimed', 'before-effect', 'after-effect', 'completed'] as const;
+
+describe("the shop's fulfilment flow killed at every window of its step", () => {
+  // No host in this process while the children write (a SQLite writer here would wait on their lock).
+  const db = join(mkdtempSync(join(tmpdir(), 'oncely-shop-flow-crash-')), 'shop.db');
+  const env = { ONCELY_DEMO: '1' };
+  let orders: Record<string, string> = {};
+  beforeAll(async () => {
+    const host = await shopHost(db);
+    await host.stop();
+    // A paid order per window, made and paid in a child process of its own (no crash variables there).
+    const made = await storm({
+      run: () => undefined,
+      sequential: 0,
+      concurrent: 1,
+      processes: 1,
+      child: { module: join(APP, 'test', 'deliver.ts'), export: 'paidOrders', env, input: { db, names: WINDOWS } },
+      effects: () => 1,
+    });
+    orders = made.calls.find((c) => c.phase === 'process 1')?.value as Record<string, string>;
+    for (const w of WINDOWS) expect(orders[w]).toMatch(/^ord_/);
+  }, 60_000);
+
+  it("order-fulfilment/pack: the fresh host takes the flow over after its 30 s lease; one flow each, 'pack' stored once", async () => {
+    const report = await crashWindows({
+      name: 'order-fulfilment/pack',
+      child: { module: join(APP, 'test', 'fulfil-flow.ts'), export: 'fulfilFlow', env },
+      // Only the flow's step dies: the handler that starts it passes its own windows.
+      action: 'order-fulfilment/pack',
+      // The host's flows keep the default 30 s lease: the four windows wait it out together.
+      parallel: true,
+      input: (w) => ({ db, orderId: orders[w], key: `fulfil-${w}` }),
+      effects: (w) => count(db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${orders[w]}%`),
+    });
+    console.log(report.table);
+    expect(report.cases.map((c) => [c.window, c.crashed, c.got, c.effects])).toEqual(
+      WINDOWS.map((w) => [w, true, 'taken over', 1]),
+    );
+    for (const w of WINDOWS) {
+      const c = report.cases.find((x) => x.window === w);
+      expect(c?.retry.value).toBe(`packed ${orders[w]}`);
+      const flow = `%${orders[w]}%`;
+      expect(
+        count(
+          db,
+          "SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ? AND status = 'completed' AND runs = 2",
+          flow,
+        ),
+      ).toBe(1);
+      // Stored by the takeover (run 2), or at 'completed' by the run that died (run 1) and answered from its memo.
+      const run = w === 'completed' ? 1 : 2;
+      expect(
+        count(
+          db,
+          `SELECT count(*) AS n FROM oncely_flow_steps s JOIN oncely_flows f ON f.workflow_id = s.workflow_id
+            WHERE f.biz_id LIKE ? AND s.step_id = 'pack' AND s.status = 'completed' AND s.run = ?`,
+          flow,
+          run,
+        ),
+      ).toBe(1);
+    }
+  }, 120_000);
+});
