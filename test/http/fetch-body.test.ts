@@ -47,7 +47,7 @@ describe('oncely/fetch: the handler reads the body the gate read', () => {
         async (request: Request) => {
           if (read === 'body') got = await new Response(request.body).text();
           else if (read === 'blob') got = await (await request.blob()).text();
-          else got = Buffer.from(await request[read]()).toString();
+          else got = Buffer.from(new Uint8Array(await request[read]())).toString();
           return new Response('ok', { status: 201 });
         },
         { once, route: '/orders' },
