@@ -133,16 +133,35 @@ const SELECTED = FIELDS.map(([, column]) => `r.\`${column}\``).join(', ');
  */
 const CLOCK = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
 
+/**
+ * The clock read once into a session variable (`setNow`), for a script's write that would read it
+ * once per row and time: the same value, without computing it again for each. Only where the
+ * statements share one connection, in one script.
+ */
+export const NOW = '@oncely_now';
+export const setNow: Query = { text: `SET ${NOW} = ${CLOCK}`, values: [] };
+
 /** A field's value as a parameter: a settlement as JSON text, null for none (or one removed). */
 const param = (field: string, value: unknown): unknown =>
   field === 'settlement' ? (value ? JSON.stringify(value) : null) : value;
 
-/** `(tenant = ? AND action = ? AND key = ?) OR ...`: ranges on the primary key, one per id. */
+/**
+ * `(tenant = ? AND action = ? AND key IN (?, ...)) OR ...`, one term per tenant and action: ranges
+ * on the primary key, one per id.
+ */
 function idsWhere(ids: readonly RecordId[], values: unknown[]): string {
-  return ids
-    .map((id) => {
-      values.push(id.tenant, id.action, id.key);
-      return '(r.`tenant` = ? AND r.`action` = ? AND r.`key` = ?)';
+  const groups = new Map<string, { tenant: string; action: string; keys: string[] }>();
+  for (const id of ids) {
+    const at = JSON.stringify([id.tenant, id.action]);
+    const group = groups.get(at);
+    if (group) group.keys.push(id.key);
+    else groups.set(at, { tenant: id.tenant, action: id.action, keys: [id.key] });
+  }
+  return [...groups.values()]
+    .map(({ tenant, action, keys }) => {
+      values.push(tenant, action, ...keys);
+      const key = keys.length === 1 ? 'r.`key` = ?' : `r.\`key\` IN (${keys.map(() => '?').join(', ')})`;
+      return `(r.\`tenant\` = ? AND r.\`action\` = ? AND ${key})`;
     })
     .join(' OR ');
 }
@@ -153,9 +172,15 @@ function idsWhere(ids: readonly RecordId[], values: unknown[]): string {
  * with a no-op, not INSERT IGNORE, which would also turn a value too long into a silent
  * truncation). `relative`: times are ms from the statement's clock.
  */
-export function insertMany(n: Names, records: readonly StoredRecord[], relative: boolean, token: Buffer): Query {
+export function insertMany(
+  n: Names,
+  records: readonly StoredRecord[],
+  relative: boolean,
+  token: Buffer,
+  now: string = CLOCK,
+): Query {
   const values: unknown[] = [];
-  const row = `(${FIELDS.map(([, column]) => (relative && TIME_COLUMNS.has(column) ? `${CLOCK} + ?` : '?')).join(', ')}, ?, ${CLOCK})`;
+  const row = `(${FIELDS.map(([, column]) => (relative && TIME_COLUMNS.has(column) ? `${now} + ?` : '?')).join(', ')}, ?, ${now})`;
   for (const record of records) {
     for (const [field] of FIELDS) values.push(param(field, record[field]));
     values.push(token);
@@ -203,58 +228,103 @@ export function patchMask(patch: RecordPatch): number {
 }
 
 /**
- * Applies many conditional writes (distinct ids) in one statement: a derived table of the writes
- * joined on the primary key, each row's expectation in the WHERE. MySQL has no UPDATE ...
- * RETURNING, so each row written is marked with `token` and the statement's clock, and
- * `writtenBy` reads back which (in the same transaction, which holds their locks).
+ * Applies many conditional writes (distinct ids) in one UPDATE per tenant and action (one for a
+ * usual batch), each finding its rows by primary key, `key IN (...)`: a field every write of the
+ * statement sets alike is one assignment; one that differs, and each row's expectation, pick the
+ * row's own value by `CASE r.key`. MySQL has no UPDATE ... RETURNING, so each row written is
+ * marked with `token` and the statement's clock, and `writtenBy` reads back which (in the same
+ * transaction, which holds their locks).
  */
-export function updateMany(n: Names, items: readonly UpdateItem[], token: Buffer): Query {
-  const values: unknown[] = [];
-  const names = [
-    'tenant',
-    'action',
-    'key',
-    'expect_fence',
-    'expect_states',
-    'check_lease',
-    'expect_lease',
-    'mask',
-    'relative',
-    ...PATCHABLE.map(([, column]) => column),
-  ];
-  // Rows are joined, so locked, in key order: batches in flight together wait for each other instead of deadlocking.
+export function updateMany(n: Names, items: readonly UpdateItem[], token: Buffer, now: string = CLOCK): Query[] {
+  // Rows are locked in primary key order within a statement, statements in the same order:
+  // batches in flight together wait for each other instead of deadlocking.
   const sorted = [...items].sort((a, b) => compareIds(a.id, b.id));
-  const rows = sorted.map((u, i) => {
-    values.push(
-      u.id.tenant,
-      u.id.action,
-      u.id.key,
-      u.expect.fence,
-      u.expect.states.join(','),
-      u.expect.leaseUntil !== undefined,
-      u.expect.leaseUntil ?? null,
-      patchMask(u.patch),
-      u.relative,
-      ...PATCHABLE.map(([field]) => param(field, u.patch[field] ?? null)),
-    );
-    return i === 0
-      ? `SELECT ${names.map((name) => `? AS \`${name}\``).join(', ')}`
-      : `SELECT ${names.map(() => '?').join(', ')}`;
-  });
-  // A mask bit per field lets patches of any shape share one statement; each assignment reads only its own column.
-  const sets = PATCHABLE.map(([, column], bit) => {
-    const value = TIME_COLUMNS.has(column) ? `v.\`${column}\` + IF(v.relative, ${CLOCK}, 0)` : `v.\`${column}\``;
-    return `r.\`${column}\` = IF(v.mask & ${1 << bit}, ${value}, r.\`${column}\`)`;
+  const groups: UpdateItem[][] = [];
+  for (const item of sorted) {
+    const last = groups[groups.length - 1]?.[0];
+    if (last && last.id.tenant === item.id.tenant && last.id.action === item.id.action)
+      groups[groups.length - 1]?.push(item);
+    else groups.push([item]);
+  }
+  return groups.map((group) => updateGroup(n, group, token, now));
+}
+
+/** What a write expects of its row, as SQL over `r` with its values. */
+function expectation(item: UpdateItem): { text: string; values: unknown[] } {
+  const { fence, states, leaseUntil } = item.expect;
+  const values: unknown[] = [fence, ...states];
+  // No state expected: nothing matches.
+  const inStates = states.length > 0 ? `r.\`state\` IN (${states.map(() => '?').join(', ')})` : 'FALSE';
+  let text = `r.\`fence\` = ? AND ${inStates}`;
+  if (leaseUntil !== undefined) {
+    text += ' AND r.`lease_until` <=> ?';
+    values.push(leaseUntil);
+  }
+  return { text, values };
+}
+
+/** One value of a write as SQL (a time the write gives relative to the clock is counted from it), with its parameter. */
+function assigned(
+  item: UpdateItem,
+  field: keyof RecordPatch,
+  column: string,
+  now: string,
+): { text: string; value: unknown } {
+  const value = param(field, item.patch[field] ?? null);
+  return { text: item.relative && TIME_COLUMNS.has(column) ? `? + ${now}` : '?', value };
+}
+
+/** The UPDATE of writes with one tenant and action, in key order (see updateMany). */
+function updateGroup(n: Names, group: readonly UpdateItem[], token: Buffer, now: string): Query {
+  const values: unknown[] = [];
+  const first = group[0] as UpdateItem;
+  const masks = group.map((item) => patchMask(item.patch));
+  const sets: string[] = [];
+  PATCHABLE.forEach(([field, column], bit) => {
+    const setting = group.filter((_, i) => ((masks[i] as number) & (1 << bit)) !== 0);
+    if (setting.length === 0) return;
+    const each = setting.map((item) => assigned(item, field, column, now));
+    const head = each[0] as { text: string; value: unknown };
+    if (setting.length === group.length && each.every((a) => a.text === head.text && a.value === head.value)) {
+      sets.push(`r.\`${column}\` = ${head.text}`);
+      values.push(head.value);
+      return;
+    }
+    const whens = setting.map((item, i) => {
+      const a = each[i] as { text: string; value: unknown };
+      values.push(item.id.key, a.value);
+      return `WHEN ? THEN ${a.text}`;
+    });
+    sets.push(`r.\`${column}\` = CASE r.\`key\` ${whens.join(' ')} ELSE r.\`${column}\` END`);
   });
   values.push(token);
+  values.push(first.id.tenant, first.id.action, ...group.map((item) => item.id.key));
+  const expected = group.map(expectation);
+  const alike = expected.every(
+    (e) =>
+      e.text === expected[0]?.text &&
+      e.values.length === expected[0].values.length &&
+      e.values.every((v, i) => v === expected[0]?.values[i]),
+  );
+  let condition: string;
+  if (alike) {
+    condition = (expected[0] as { text: string }).text;
+    values.push(...(expected[0] as { values: unknown[] }).values);
+  } else {
+    const whens = group.map((item, i) => {
+      const e = expected[i] as { text: string; values: unknown[] };
+      values.push(item.id.key, ...e.values);
+      return `WHEN ? THEN ${e.text}`;
+    });
+    condition = `CASE r.\`key\` ${whens.join(' ')} ELSE FALSE END`;
+  }
   return {
-    // The writes drive the join and each row is found (so locked) by its primary key: on a small
-    // table the optimizer would rather scan it, and a scanning UPDATE locks every row it reads.
-    text: `UPDATE (${rows.join(' UNION ALL ')}) v STRAIGHT_JOIN ${n.records} r FORCE INDEX (PRIMARY)
-ON r.\`tenant\` = v.\`tenant\` AND r.\`action\` = v.\`action\` AND r.\`key\` = v.\`key\`
-SET ${sets.join(', ')}, r.\`written_by\` = ?, r.\`written_at\` = ${CLOCK}
-WHERE r.\`fence\` = v.expect_fence AND FIND_IN_SET(r.\`state\`, v.expect_states) > 0
-  AND (NOT v.check_lease OR r.\`lease_until\` <=> v.expect_lease)`,
+    // Found (so locked) by primary key: on a small table the optimizer would rather scan it, and
+    // a scanning UPDATE locks every row it reads.
+    text: `UPDATE ${n.records} r FORCE INDEX (PRIMARY)
+SET ${sets.join(', ')}, r.\`written_by\` = ?, r.\`written_at\` = ${now}
+WHERE r.\`tenant\` = ? AND r.\`action\` = ? AND r.\`key\` IN (${group.map(() => '?').join(', ')})
+  AND ${condition}`,
     values,
   };
 }

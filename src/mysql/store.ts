@@ -152,10 +152,14 @@ async function insertSome(
     const relative = (pending[0] as Insert).relative;
     const token = randomBytes(16);
     const records = pending.map((p) => p.record);
-    const statements = [sql.insertMany(n, records, relative, token), sql.selectMany(n, records, token, locking)];
+    const read = sql.selectMany(n, records, token, locking);
+    // In one script the clock is read once for the statement, not once per row and time (sql.setNow).
+    const statements = script
+      ? [sql.setNow, sql.insertMany(n, records, relative, token, sql.NOW), read]
+      : [sql.insertMany(n, records, relative, token), read];
     // Outside a caller's transaction the insert commits on its own: safe to run again when InnoDB refused it.
     const run = () => runAll(db, statements, script);
-    const found = foundRows((await (locking ? run() : retryingLocks(run)))[1] as SelectedRow[]);
+    const found = foundRows((await (locking ? run() : retryingLocks(run)))[statements.length - 1] as SelectedRow[]);
     // A row purged between the insert and the read is inserted again.
     pending = pending.filter((p) => {
       const row = found.get(idKey(p.record));
@@ -180,9 +184,12 @@ const spread = (query: sql.Query): [string, unknown[]] => [query.text, query.val
 type UpdateItem = sql.UpdateItem;
 
 /**
- * Applies conditional writes with distinct ids: one UPDATE, then a read of the rows it marked (see
- * sql.updateMany). `own`: in a transaction of the store's own around both, so the read sees
- * exactly the rows the UPDATE wrote, still locked; else the caller's transaction does that.
+ * Applies conditional writes with distinct ids: one UPDATE per tenant and action, then a read of
+ * the rows they marked (see sql.updateMany). `own`: in a transaction of the store's own around
+ * them, so the read sees exactly the rows the UPDATE wrote, still locked; else the caller's
+ * transaction does that. `script` (own only, on a connection that takes several statements): the
+ * whole transaction is one round trip, its clock read once (sql.setNow), so its rows stay locked
+ * only while the server runs it, not across a round trip per statement.
  * Answers in item order: the clock's now each applied at, or null.
  */
 async function updateAll(
@@ -190,21 +197,22 @@ async function updateAll(
   n: sql.Names,
   items: UpdateItem[],
   own: boolean,
+  script = false,
 ): Promise<(number | null)[]> {
   const token = randomBytes(16);
-  const statements = [
-    sql.updateMany(n, items, token),
-    sql.writtenBy(
-      n,
-      items.map((item) => item.id),
-      token,
-    ),
-  ];
-  // One statement at a time, also on a pool that takes scripts: a transaction is never left open
-  // behind a script that stopped halfway.
-  const results = await runAll(db, own ? [BEGIN, ...statements, COMMIT] : statements, false);
+  const scripted = own && script;
+  const ids = items.map((item) => item.id);
+  const statements = scripted
+    ? [sql.setNow, ...sql.updateMany(n, items, token, sql.NOW), sql.writtenBy(n, ids, token)]
+    : [...sql.updateMany(n, items, token), sql.writtenBy(n, ids, token)];
+  // A script that stops halfway (an error) leaves its transaction open on the connection: the
+  // caller (updateBatch) rolls it back or drops the connection before anyone else uses it.
+  const results = await runAll(db, own ? [BEGIN, ...statements, COMMIT] : statements, scripted);
   const written = new Map<string, number>();
-  for (const row of results[own ? 2 : 1] as (sql.RecordRow & { written_at: number | string })[])
+  // The read is the last statement before the COMMIT.
+  for (const row of results[own ? statements.length : statements.length - 1] as (sql.RecordRow & {
+    written_at: number | string;
+  })[])
     written.set(idKey(sql.rowId(row)), Number(row.written_at));
   return items.map((item) => written.get(idKey(item.id)) ?? null);
 }
@@ -425,7 +433,7 @@ export class MysqlStore implements RecordStore {
       const connection = await pool.getConnection();
       let lost = false;
       try {
-        return await updateAll(connection, this.names, items, true);
+        return await updateAll(connection, this.names, items, true, this.scripts);
       } catch (error) {
         // A statement error leaves the connection usable; anything else (no SQLSTATE: a lost connection) does not.
         lost = sqlState(error) === undefined;

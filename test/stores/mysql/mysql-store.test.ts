@@ -18,6 +18,28 @@ afterAll(async () => {
   await dropDatabase(database);
 });
 
+/** `target` with every round trip it is sent counted (a script of several statements is one). */
+function counted(target: mysql.Pool) {
+  const sent = { n: 0 };
+  const query = (run: (text: string, values?: unknown) => Promise<unknown>) => (text: string, values?: unknown) => {
+    sent.n++;
+    return run(text, values);
+  };
+  const pool = {
+    query: query((text, values) => target.query(text, values as unknown[])),
+    async getConnection() {
+      const connection = await target.getConnection();
+      return {
+        query: query((text, values) => connection.query(text, values as unknown[])),
+        release: () => connection.release(),
+        destroy: () => connection.destroy(),
+      };
+    },
+    end: async () => {},
+  };
+  return { pool: pool as unknown as mysql.Pool, sent };
+}
+
 /** A claim as the engine writes it, absolute times, for writes straight to the store. */
 function claim(key: string, fields: Partial<StoredRecord> = {}): StoredRecord {
   const now = Date.now();
@@ -228,32 +250,11 @@ describe('mysql specifics', () => {
     await dropDatabase(fresh);
   });
 
-  it('sends a claim and its read in one round trip on a pool that takes several statements, one by one on another; a completion statement by statement', async () => {
-    /** `target` with every statement it is sent counted. */
-    const counted = (target: mysql.Pool) => {
-      const sent = { n: 0 };
-      const query = (run: (text: string, values?: unknown) => Promise<unknown>) => (text: string, values?: unknown) => {
-        sent.n++;
-        return run(text, values);
-      };
-      const pool = {
-        query: query((text, values) => target.query(text, values as unknown[])),
-        async getConnection() {
-          const connection = await target.getConnection();
-          return {
-            query: query((text, values) => connection.query(text, values as unknown[])),
-            release: () => connection.release(),
-            destroy: () => connection.destroy(),
-          };
-        },
-        end: async () => {},
-      };
-      return { pool: pool as unknown as mysql.Pool, sent };
-    };
+  it('sends a claim and its read, and a completion and its transaction, in one round trip each on a pool that takes several statements; one by one on another', async () => {
     const scripted = testPool(database, 2, true);
     for (const [target, table, perClaim, perCompletion] of [
       [pool, 'trips_plain', 2, 4],
-      [scripted, 'trips_scripted', 1, 4],
+      [scripted, 'trips_scripted', 1, 1],
     ] as const) {
       const { pool: wrapped, sent } = counted(target);
       const store = mysqlStore({ pool: wrapped, table });
@@ -272,6 +273,157 @@ describe('mysql specifics', () => {
       expect((await store.get(record))?.state).toBe('succeeded');
       await store.close();
     }
+    await scripted.end();
+  });
+
+  it('conditional writes of every shape share one statement: each applies only on its own expectation, sets only its own fields', async () => {
+    const scripted = testPool(database, 2, true);
+    for (const [target, table] of [
+      [scripted, 'mixed_scripted'],
+      [pool, 'mixed_plain'],
+    ] as const) {
+      const { pool: wrapped, sent } = counted(target);
+      const store = mysqlStore({ pool: wrapped, table });
+      const lease = Date.now() + 60_000;
+      const ids = ['acme', 'beta'].flatMap((tenant) =>
+        ['K-0', 'K-1', 'K-2', 'K-3', 'K-4'].map((key) => ({ tenant, action: 'direct', key })),
+      );
+      const before = new Map<string, StoredRecord>();
+      for (const id of ids) {
+        const { record } = await store.insertOrGet(claim(id.key, { tenant: id.tenant, leaseUntil: lease }));
+        before.set(`${id.tenant}/${id.key}`, record);
+      }
+      const at = (tenant: string, key: string) => ({ tenant, action: 'direct', key });
+      const holder = { fence: 1, states: ['in_progress'] as const };
+      const settlement = { by: 'ops', at: 1_700_000_000_000, answer: 'value' as const, note: 'checked' };
+      sent.n = 0;
+      // All in one tick: one batch, one statement per tenant.
+      const answers = await Promise.all([
+        store.update(at('acme', 'K-0'), holder, { state: 'succeeded', result: '"a0"', leaseUntil: null }),
+        // A fence the row has moved past: fenced out.
+        store.update(at('acme', 'K-1'), { fence: 2, states: ['in_progress'] }, { state: 'succeeded', result: '"x"' }),
+        // A renewal that expects the lease as it is, and one that expects another.
+        store.update(at('acme', 'K-2'), { ...holder, leaseUntil: lease }, { leaseUntil: lease + 5_000 }),
+        store.update(at('acme', 'K-3'), { ...holder, leaseUntil: lease - 1 }, { leaseUntil: lease + 5_000 }),
+        store.update(
+          at('acme', 'K-4'),
+          holder,
+          { state: 'unknown', settlement, leaseUntil: null, expiresAt: null },
+          undefined,
+          { relative: true },
+        ),
+        // Times from the database's clock: the answer is the clock the write applied at.
+        store.update(
+          at('beta', 'K-0'),
+          holder,
+          { state: 'released', leaseUntil: null, updatedAt: 0, expiresAt: 1_000 },
+          undefined,
+          { relative: true },
+        ),
+        store.update(at('beta', 'K-1'), { fence: 1, states: ['succeeded'] }, { state: 'failed', result: '"x"' }),
+        store.update(at('beta', 'K-2'), { fence: 1, states: ['succeeded', 'in_progress'] }, { result: '"b2"' }),
+        store.update(at('beta', 'K-3'), holder, { state: 'succeeded', result: '"b3"', leaseUntil: null }),
+      ]);
+      if (target === scripted) expect(sent.n).toBe(1);
+      expect(answers.map((a) => a !== null)).toEqual([true, false, true, false, true, true, false, true, true]);
+      const now = answers[5] as number;
+      const stored = (tenant: string, key: string) => store.get(at(tenant, key));
+      const was = (tenant: string, key: string) => before.get(`${tenant}/${key}`) as StoredRecord;
+      expect(await stored('acme', 'K-0')).toEqual({
+        ...was('acme', 'K-0'),
+        state: 'succeeded',
+        result: '"a0"',
+        leaseUntil: null,
+      });
+      expect(await stored('acme', 'K-1')).toEqual(was('acme', 'K-1'));
+      expect(await stored('acme', 'K-2')).toEqual({ ...was('acme', 'K-2'), leaseUntil: lease + 5_000 });
+      expect(await stored('acme', 'K-3')).toEqual(was('acme', 'K-3'));
+      expect(await stored('acme', 'K-4')).toEqual({
+        ...was('acme', 'K-4'),
+        state: 'unknown',
+        settlement,
+        leaseUntil: null,
+        expiresAt: null,
+      });
+      expect(await stored('beta', 'K-0')).toEqual({
+        ...was('beta', 'K-0'),
+        state: 'released',
+        leaseUntil: null,
+        updatedAt: now,
+        expiresAt: now + 1_000,
+      });
+      expect(await stored('beta', 'K-1')).toEqual(was('beta', 'K-1'));
+      expect(await stored('beta', 'K-2')).toEqual({ ...was('beta', 'K-2'), result: '"b2"' });
+      expect(await stored('beta', 'K-3')).toEqual({
+        ...was('beta', 'K-3'),
+        state: 'succeeded',
+        result: '"b3"',
+        leaseUntil: null,
+      });
+      // Untouched by the batch.
+      expect(await stored('acme', 'K-4').then((r) => r?.fence)).toBe(1);
+      expect(await stored('beta', 'K-4')).toEqual(was('beta', 'K-4'));
+      await store.close();
+    }
+    await scripted.end();
+  });
+
+  it('a batch of completions whose keys differ only in case, trailing spaces, accents or emoji gives each its own result', async () => {
+    const scripted = testPool(database, 2, true);
+    const store = mysqlStore({ pool: scripted, table: 'exact_batch' });
+    const keys = ['key', 'Key', 'KEY', 'key ', 'clé', 'cle', 'cle\u0301', '🎉', '😀', 'ß', 'ss'];
+    const at = (key: string) => ({ tenant: 'acme', action: 'direct', key });
+    await Promise.all(keys.map((key) => store.insertOrGet(claim(key))));
+    const holder = { fence: 1, states: ['in_progress'] as const };
+    const applied = await Promise.all(
+      keys.map((key, i) =>
+        // Half of them hold another fence: their rows are left as they are.
+        store.update(
+          at(key),
+          { ...holder, fence: i % 2 === 0 ? 1 : 7 },
+          { state: 'succeeded', result: JSON.stringify(key) },
+        ),
+      ),
+    );
+    expect(applied.map((a) => a !== null)).toEqual(keys.map((_, i) => i % 2 === 0));
+    for (const [i, key] of keys.entries())
+      expect(await store.get(at(key))).toMatchObject(
+        i % 2 === 0 ? { state: 'succeeded', result: JSON.stringify(key) } : { state: 'in_progress', result: null },
+      );
+    await store.close();
+    await scripted.end();
+  });
+
+  it('a write the database refuses fails its own caller only, and its script leaves no transaction open behind it', async () => {
+    // One connection: the next script runs on the one the refused script used.
+    const scripted = testPool(database, 1, true);
+    const store = mysqlStore({ pool: scripted, table: 'refused_writes' });
+    const holder = { fence: 1, states: ['in_progress'] as const };
+    const ids = ['ok-1', 'ok-2', 'bad'].map((key) => ({ tenant: 'acme', action: 'direct', key }));
+    const id = (i: number) => ids[i] as (typeof ids)[number];
+    for (const { key } of ids) await store.insertOrGet(claim(key));
+    // Fingerprints are SHA-256 hex; one of 300 characters is over the column's 255. The batch's
+    // script stops at its UPDATE; then each write goes alone, the refused one last.
+    const answers = await Promise.allSettled([
+      store.update(id(0), holder, { state: 'succeeded', result: '1' }),
+      store.update(id(1), holder, { state: 'succeeded', result: '2' }),
+      store.update(id(2), holder, { fingerprint: 'f'.repeat(300) }),
+    ]);
+    expect(answers.map((a) => a.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+    expect((answers[2] as PromiseRejectedResult).reason).toMatchObject({ sqlState: '22001' });
+    // A claim on the same connection commits on its own: no transaction was left open around it.
+    await store.insertOrGet(claim('after'));
+    const other = await mysql.createConnection({ uri: databaseUrl(database) });
+    const [seen] = await other.query("SELECT `key` FROM refused_writes WHERE `key` = 'after'");
+    expect(seen).toHaveLength(1);
+    // And another session writes every row without waiting on a lock a half-run script kept.
+    await other.query('SET SESSION innodb_lock_wait_timeout = 2');
+    const [written] = await other.query("UPDATE refused_writes SET trace_id = 'other'");
+    expect((written as { affectedRows: number }).affectedRows).toBe(4);
+    await other.end();
+    expect((await store.get(id(1)))?.state).toBe('succeeded');
+    expect((await store.get(id(2)))?.state).toBe('in_progress');
+    await store.close();
     await scripted.end();
   });
 
