@@ -1,10 +1,11 @@
 /**
  * The paged listings of the admin API over the host's tables (events, dead letters, flows,
- * approvals, credit accounts): keyset pages whose cursor is the last row's sort key, so a page
+ * approvals, credit accounts, open credit reservations): keyset pages whose cursor is the last row's sort key, so a page
  * costs its own rows however deep it is. Tables of components the database never migrated
  * (flows, agent) are listed as empty.
  */
 import { decodeCursor, encodeCursor, invalidCursor } from '../core/cursor.js';
+import { stableUuid } from '../core/ids.js';
 import type { Sql } from '../db/types.js';
 
 /** One page: its items and the cursor of the next page, null after the last. */
@@ -302,6 +303,113 @@ export async function listCredits(sql: Sql, options: { limit: number; cursor?: s
     cursor: options.cursor,
   });
   const items = rows.map((r) => ({ account: String(r.account), balance: num(r.balance), reserved: num(r.reserved) }));
+  return { items, cursor };
+}
+
+/** A credit reservation not yet confirmed nor released: what it holds of which account, and for which call. */
+export interface OpenReservation {
+  /** The action the credits are held for (the tool call's actionId, the same on every retry of one intent). */
+  actionId: string;
+  account: string;
+  /** Credits held (taken out of the account's balance until confirmed or released). */
+  credits: number;
+  /** When the action first reserved them. */
+  reservedAt: number;
+  /** When the sweep gives them back if its holder never confirms nor releases them. */
+  expiresAt: number;
+  /** The trace id of the record that holds it; null for a reservation made outside a record. */
+  traceId: string | null;
+  /**
+   * The call that holds it, as its approval (same id) or its running record (same trace id) says;
+   * null fields when neither does (the record finished, expired, or several share the trace id).
+   */
+  tenant: string | null;
+  tool: string | null;
+  key: string | null;
+  /** The holding record's state (in_progress, or unknown after its holder vanished); null when not found. */
+  recordState: string | null;
+}
+
+const TOOL_ACTION = 'tool:';
+
+/**
+ * Open reservations newest first, of one account when given; none when the agent tables were
+ * never migrated. A reservation stores its account, credits and holder's trace id, not its tool
+ * nor key: those come from the approval of the same id (tools that need one) or from the
+ * unfinished record of the same trace id (a page's trace ids in one query on the records' state
+ * index: an open reservation's record is in_progress or unknown).
+ */
+export async function listReservations(
+  sql: Sql,
+  options: { account?: string; limit: number; cursor?: string },
+): Promise<Page<OpenReservation>> {
+  if (!(await hasTable(sql, 'oncely_credit_reservations'))) return emptyPage(options.cursor);
+  const where = ["status = 'reserved'"];
+  const values: unknown[] = [];
+  if (options.account !== undefined) {
+    where.push('account = ?');
+    values.push(options.account);
+  }
+  const { rows, cursor } = await keyset(sql, {
+    select: 'SELECT action_id, account, credits, created_at, expires_at, life FROM oncely_credit_reservations',
+    where,
+    values,
+    order: [
+      { column: 'created_at', type: 'number' },
+      { column: 'action_id', type: 'string' },
+    ],
+    desc: true,
+    limit: options.limit,
+    cursor: options.cursor,
+  });
+  const ids = rows.map((r) => String(r.action_id));
+  const traces = [...new Set(rows.map((r) => String(r.life)).filter((t) => t !== ''))];
+  const approvals = new Map<string, { tenant: string; tool: string; key: string }>();
+  if (ids.length > 0 && (await hasTable(sql, 'oncely_approvals')))
+    for (const a of await sql.all<Record<string, unknown>>(
+      `SELECT id, tenant, tool, idempotency_key FROM oncely_approvals WHERE id IN (${ids.map(() => '?').join(', ')})`,
+      ids,
+    ))
+      approvals.set(String(a.id), { tenant: String(a.tenant), tool: String(a.tool), key: String(a.idempotency_key) });
+  const holders = new Map<string, { tenant: string; action: string; key: string; state: string }[]>();
+  if (traces.length > 0 && (await hasTable(sql, 'oncely_records')))
+    for (const r of await sql.all<Record<string, unknown>>(
+      `SELECT tenant, action, key, state, trace_id FROM oncely_records
+      WHERE (state = 'in_progress' OR state = 'unknown') AND trace_id IN (${traces.map(() => '?').join(', ')})`,
+      traces,
+    )) {
+      const action = String(r.action);
+      if (!action.startsWith(TOOL_ACTION)) continue;
+      const found = { tenant: String(r.tenant), action, key: String(r.key), state: String(r.state) };
+      holders.set(String(r.trace_id), [...(holders.get(String(r.trace_id)) ?? []), found]);
+    }
+  const items = rows.map((r): OpenReservation => {
+    const actionId = String(r.action_id);
+    const traceId = String(r.life) === '' ? null : String(r.life);
+    const candidates = traceId === null ? [] : (holders.get(traceId) ?? []);
+    // One trace may run several tools: the record whose id makes this actionId (agent/keys.ts, a
+    // tool without actionFields), else the only one of the trace.
+    const record =
+      candidates.find((c) => stableUuid(c.tenant, c.action, c.key, 'action') === actionId) ??
+      (candidates.length === 1 ? candidates[0] : undefined);
+    const approval = approvals.get(actionId);
+    // An approval names its call for sure; its record's state is shown when it is that call's.
+    const same = !approval || (record?.key === approval.key && record.action === TOOL_ACTION + approval.tool);
+    const call =
+      approval ?? (record && { tenant: record.tenant, tool: record.action.slice(TOOL_ACTION.length), key: record.key });
+    return {
+      actionId,
+      account: String(r.account),
+      credits: num(r.credits),
+      reservedAt: num(r.created_at),
+      expiresAt: num(r.expires_at),
+      traceId,
+      tenant: call?.tenant ?? null,
+      tool: call?.tool ?? null,
+      key: call?.key ?? null,
+      recordState: record && same ? record.state : null,
+    };
+  });
   return { items, cursor };
 }
 

@@ -1,6 +1,6 @@
 /**
  * The admin HTTP API of `oncely serve` under `/v1/admin`: stats, records, events and dead letters,
- * flows, approvals, credits, duplicate findings and its own audit. Every request is checked by
+ * flows, approvals, credits and open reservations, duplicate findings and its own audit. Every request is checked by
  * admin-auth.ts first, counted in `oncely_admin_actions_total{action,outcome}`, and every change is
  * written to the audit table (admin-audit.ts) before it runs and after it ends.
  */
@@ -45,6 +45,7 @@ import {
   listDeadLetters,
   listEvents,
   listFlowRuns,
+  listReservations,
 } from './admin-lists.js';
 import { withTimeline } from './admin-timeline.js';
 import { listFindings } from './duplicates.js';
@@ -370,6 +371,16 @@ export function adminRoutes(deps: AdminDeps): Hono {
     const q = req.query(['limit', 'cursor']);
     const page = await listCredits(db, { limit: limitOf(q), cursor: cursorOf(q) });
     return { accounts: page.items, cursor: page.cursor };
+  });
+  read('/credits/reservations', 'credits.reservations', async (req) => {
+    const q = req.query(['account', 'limit', 'cursor']);
+    const account = q.get('account');
+    const page = await listReservations(db, {
+      ...(account === undefined ? {} : { account: idOf(account, 'account') }),
+      limit: limitOf(q),
+      cursor: cursorOf(q),
+    });
+    return { reservations: page.items, cursor: page.cursor };
   });
 
   read('/duplicates', 'duplicates.list', async (req) => {

@@ -1,15 +1,18 @@
 /**
  * The admin API on a listening host (SQLite and PostgreSQL), called over real HTTP: every route
  * once on real data (an unknown record left by a holder killed with SIGKILL under 'hold', a
- * dead-lettered event, a failed and a waiting flow, approvals and credits, a planted duplicate),
+ * dead-lettered event, a failed and a waiting flow, approvals, credits and the reservations of
+ * running tool calls, a planted duplicate),
  * and every change in the audit table and counted. Bad input: admin-input.test.ts.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { requestApproval } from '../../src/agent/approvals.js';
 import { Credits } from '../../src/agent/credits.js';
+import { createAgentRuntime, defineTool } from '../../src/agent/index.js';
 import { migrateAgentTables } from '../../src/agent/tables.js';
 import { recordRef } from '../../src/core/record.js';
 import { openDb } from '../../src/db/index.js';
@@ -300,6 +303,128 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
       accounts: [{ account: 'acct-1', balance: 70, reserved: 30 }],
       cursor: null,
     });
+  });
+
+  it('open reservations: each with its account, credits and call, newest first, by account, paged; gone once settled', async () => {
+    // Two tool calls that hold credits while they run (one approved first), and one reserved outside any record.
+    const gates: (() => void)[] = [];
+    const started: string[] = [];
+    const hang = async (input: { orderId: string }) => {
+      started.push(input.orderId);
+      await new Promise<void>((resolve) => gates.push(resolve));
+      return { ok: input.orderId };
+    };
+    const charge = defineTool({
+      name: 'chargeCard',
+      description: 'Charges a card.',
+      input: z.object({ orderId: z.string() }),
+      idempotency: { keyFields: ['orderId'], ttl: 'permanent' },
+      cost: { credits: 7, account: ({ tenant }) => `acct-${tenant}` },
+      execute: hang,
+    });
+    const mail = defineTool({
+      name: 'mailInvoice',
+      description: 'Mails an invoice.',
+      input: z.object({ orderId: z.string() }),
+      idempotency: { keyFields: ['orderId'], ttl: 'permanent' },
+      outbound: { preview: (i) => ({ invoice: i.orderId }), approval: 'required' },
+      cost: { credits: 5, account: () => 'acct-mail' },
+      execute: hang,
+    });
+    const once = await createOncely({ store: recordStoreFor(db), tenant: 'default' });
+    const agent = await createAgentRuntime({ once, db, tools: [charge, mail] });
+    await agent.credits.grant('acct-t2', 50);
+    await agent.credits.grant('acct-mail', 20);
+    const asked = await agent.call('mailInvoice', { orderId: 'INV-1' });
+    expect(asked.deliveryState).toBe('pending_approval');
+    // A pending approval holds nothing yet: credits are reserved when the tool runs.
+    expect((await ok('GET', 'credits/reservations')).reservations.map((r: Json) => r.actionId)).toEqual(['act-1']);
+    const calls = [agent.call('chargeCard', { orderId: 'O-77' }, { tenant: 't2', traceId: 'trace-o77' })];
+    await until(
+      async () => started.length,
+      (n) => n === 1,
+    );
+    calls.push(agent.approve(String(asked.approvalId), { approver: 'alice' }));
+    await until(
+      async () => started.length,
+      (n) => n === 2,
+    );
+    const listed = await ok('GET', 'credits/reservations');
+    expect(listed.cursor).toBeNull();
+    const byAccount = (account: string) => listed.reservations.find((r: Json) => r.account === account);
+    const [mailed, charged, bare] = ['acct-mail', 'acct-t2', 'acct-1'].map(byAccount);
+    expect(listed.reservations).toHaveLength(3);
+    expect(mailed).toMatchObject({
+      actionId: asked.actionId,
+      account: 'acct-mail',
+      credits: 5,
+      tenant: 'default',
+      tool: 'mailInvoice',
+      key: asked.idempotencyKey,
+      recordState: 'in_progress',
+    });
+    expect(charged).toMatchObject({
+      account: 'acct-t2',
+      credits: 7,
+      traceId: 'trace-o77',
+      tenant: 't2',
+      tool: 'chargeCard',
+      recordState: 'in_progress',
+    });
+    expect(charged.key).toContain('O-77');
+    expect(bare).toEqual({
+      actionId: 'act-1',
+      account: 'acct-1',
+      credits: 30,
+      reservedAt: expect.any(Number),
+      expiresAt: expect.any(Number),
+      traceId: null,
+      tenant: null,
+      tool: null,
+      key: null,
+      recordState: null,
+    });
+    // What the database holds, newest first.
+    const held = await db.all<{ action_id: string; created_at: number | string; expires_at: number | string }>(
+      "SELECT action_id, created_at, expires_at FROM oncely_credit_reservations WHERE status = 'reserved' ORDER BY created_at DESC, action_id DESC",
+    );
+    expect(listed.reservations.map((r: Json) => [r.actionId, r.reservedAt, r.expiresAt])).toEqual(
+      held.map((h) => [h.action_id, Number(h.created_at), Number(h.expires_at)]),
+    );
+    // By account, and paged one at a time with the listings' cursor.
+    expect((await ok('GET', 'credits/reservations?account=acct-t2')).reservations).toEqual([charged]);
+    expect(await ok('GET', 'credits/reservations?account=acct-none')).toEqual({ reservations: [], cursor: null });
+    const walked: Json[] = [];
+    let cursor: string | null = null;
+    do {
+      const pageOf: Json = await ok('GET', `credits/reservations?limit=1${cursor ? `&cursor=${cursor}` : ''}`);
+      walked.push(...pageOf.reservations);
+      cursor = pageOf.cursor;
+    } while (cursor);
+    expect(walked).toEqual(listed.reservations);
+    for (const [query, code] of [
+      ['account=', 'INVALID_ARGUMENT'],
+      ['tenant=t2', 'INVALID_ARGUMENT'],
+      ['cursor=bm90LW91cnM', 'CURSOR_INVALID'],
+      ['limit=0', 'INVALID_ARGUMENT'],
+    ] as const) {
+      const bad = await call('GET', `credits/reservations?${query}`);
+      expect([bad.status, bad.json.error.code], query).toEqual([400, code]);
+    }
+    const denied = await call('GET', 'credits/reservations', { token: 'wrong-token-0123456789abcdef' });
+    expect(denied.status).toBe(401);
+    // The calls end: their reservations are confirmed, and no longer listed.
+    for (const open of gates) open();
+    expect((await Promise.all(calls)).map((c) => c.deliveryState)).toEqual(['sent', 'sent']);
+    expect((await ok('GET', 'credits/reservations')).reservations.map((r: Json) => r.actionId)).toEqual(['act-1']);
+    expect((await ok('GET', 'credits')).accounts).toEqual([
+      { account: 'acct-1', balance: 70, reserved: 30 },
+      { account: 'acct-mail', balance: 15, reserved: 0 },
+      { account: 'acct-t2', balance: 43, reserved: 0 },
+    ]);
+    expect(counted('credits.reservations', 'done')).toBeGreaterThanOrEqual(8);
+    expect(counted('credits.reservations', 'refused')).toBe(4);
+    await once.close();
   });
 
   it('lists the duplicate findings a scan stored', async () => {
