@@ -23,26 +23,32 @@ export interface BatcherOptions<I> {
   /**
    * When an idle batcher sends: 'microtask' (the default) catches the callers of the same tick;
    * 'turn' waits for the end of the event loop's turn (setImmediate), so callers of every
-   * callback of that turn (HTTP requests arriving on several sockets at once) share one statement.
+   * callback of that turn (HTTP requests arriving on several sockets at once) share one statement;
+   * 'auto' gathers on a microtask and waits for the turn's end only when that caught less than half
+   * a batch (a batch that fills meanwhile goes at once): a wave of callers resumed by one answer
+   * (a closed loop) goes out at once, while other answers are still being handled, and callers
+   * arriving one callback at a time (HTTP requests) still share a statement.
    */
-  gather?: 'microtask' | 'turn';
+  gather?: 'microtask' | 'turn' | 'auto';
 }
 
 /**
  * Coalesces concurrent calls into batches. Idle, a call is sent at once (after the current
  * microtask, to catch callers of the same tick, or at the end of the loop's turn, see `gather`),
- * so a lone caller waits for no timer; while a
- * statement is in flight, calls accumulate and go together when it returns.
+ * so a lone caller waits for no timer; while `maxInFlight` statements are in flight, calls
+ * accumulate and go together when one returns.
  */
 export class Batcher<I, O> {
   private queue: Waiting<I, O>[] = [];
   private inFlight = 0;
   private scheduled = false;
+  // 'auto' only: the few callers a microtask caught wait for the end of the turn.
+  private waitingTurn = false;
   private readonly maxBatch: number;
   private readonly maxInFlight: number;
   private readonly isolate: (error: unknown) => boolean;
   private readonly distinct: ((item: I) => string) | undefined;
-  private readonly defer: (callback: () => void) => void;
+  private readonly gather: 'microtask' | 'turn' | 'auto';
 
   /** Creates a batcher around `run`. */
   constructor(
@@ -50,7 +56,7 @@ export class Batcher<I, O> {
     { maxBatch = 500, maxInFlight = 1, isolate = () => false, distinct, gather = 'microtask' }: BatcherOptions<I> = {},
   ) {
     this.distinct = distinct;
-    this.defer = gather === 'turn' ? setImmediate : queueMicrotask;
+    this.gather = gather;
     this.maxBatch = maxBatch;
     this.maxInFlight = maxInFlight;
     this.isolate = isolate;
@@ -60,6 +66,8 @@ export class Batcher<I, O> {
   push(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
+      // Waiting for the turn's end fills no more than a full batch: each goes once full.
+      if (this.waitingTurn && this.queue.length === this.maxBatch) queueMicrotask(() => this.pump());
       this.schedule();
     });
   }
@@ -67,10 +75,19 @@ export class Batcher<I, O> {
   private schedule(): void {
     if (this.scheduled || this.inFlight >= this.maxInFlight) return;
     this.scheduled = true;
-    this.defer(() => {
+    const send = () => {
       this.scheduled = false;
+      this.waitingTurn = false;
       this.pump();
-    });
+    };
+    if (this.gather === 'turn') setImmediate(send);
+    else if (this.gather === 'microtask') queueMicrotask(send);
+    else
+      queueMicrotask(() => {
+        if (this.queue.length * 2 >= this.maxBatch) return send();
+        this.waitingTurn = true;
+        setImmediate(send);
+      });
   }
 
   private pump(): void {

@@ -146,9 +146,11 @@ export class RedisStore implements RecordStore {
     const batching = {
       maxBatch: MAX_BATCH,
       maxInFlight: cluster ? SHARD_IN_FLIGHT : MAX_IN_FLIGHT,
-      // HTTP requests arrive one socket callback at a time: gathered per loop turn, the requests
-      // of one turn share a script run (one write, one EVALSHA) instead of one run each.
-      gather: 'turn' as const,
+      // HTTP requests arrive one socket callback at a time: a few callers wait for the end of the
+      // loop's turn, so the requests of one turn share a script run (one write, one EVALSHA)
+      // instead of one run each; half a batch or more resumed together by an answer goes at once,
+      // so a closed loop's next runs are out while Node still handles the other answers (Batcher).
+      gather: 'auto' as const,
     };
     this.shards = (cluster ? shardPrefixes(prefix) : [prefix]).map((p) => {
       const shard: Shard = {
