@@ -1,3 +1,4 @@
+import type { Clock } from '../core/clock.js';
 import { OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
@@ -22,6 +23,8 @@ export interface ConsumeDeps {
   config: HostConfig;
   schema: () => AppSchema;
   flows: Flows | undefined;
+  /** The host's clock: when the outbox messages a consumer enqueues are written and due. Default the system's. */
+  clock?: Clock;
 }
 
 /** The engine's action of a consumer's runs (its records, its reconcile function). */
@@ -74,6 +77,7 @@ export function bindConsumer(
           flows,
           logger,
           count: counts.count,
+          clock: deps.clock,
         }),
       );
       return null;

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Clock } from '../core/clock.js';
 import { KeyRequiredError, OncelyError } from '../core/errors.js';
 import { stableUuid } from '../core/ids.js';
 import type { OncelyLogger } from '../core/observer.js';
@@ -49,6 +50,8 @@ export interface ContextDeps {
   count: Count;
   /** The request's ids, for an execution without a claim (whose record would hold them). */
   ids?: { traceId: string | undefined; requestId: string };
+  /** The host's clock: when an enqueued outbox message is written and due. Default the system's. */
+  clock?: Clock;
 }
 
 /** Builds the context of one execution: under a claim (`run`), or keyless. */
@@ -104,7 +107,7 @@ export function hostContext(
           const { tenant: keyTenant, action, idempotencyKey } = keyed('ctx.outbox.enqueue without options.id');
           id = stableUuid(keyTenant, action, idempotencyKey, `outbox:${topic}:${sequence++}`);
         }
-        const written = await enqueue(tx, id, topic, payload);
+        const written = await enqueue(tx, id, topic, payload, deps.clock?.now());
         if (written.created) await count('oncely_outbox_total', [topic, 'enqueued']);
         return written;
       },

@@ -3,6 +3,7 @@
  * the consumer's prerequisite, and the wait (or dead letter) of an event that cannot be delivered yet.
  */
 import { backoffDelay } from '../core/backoff.js';
+import type { Clock } from '../core/clock.js';
 import { OncelyError } from '../core/errors.js';
 import type { Sql } from '../db/types.js';
 import type { Claim, Statement, WorkQueue } from '../work/index.js';
@@ -60,8 +61,8 @@ export async function defer(
   tx: Sql,
   claim: Claim<ClaimedRow>,
   wait: Wait,
+  now: number,
 ): Promise<{ outcome: 'deferred'; nextAt: number } | { outcome: 'dead_lettered'; error: string }> {
-  const now = Date.now();
   const waits = Number(claim.row.waits) + 1;
   if (wait.deadline !== undefined && now >= wait.deadline) {
     const error = `${wait.reason} within requiresWithin; dead-lettered after ${waits} check(s)`;
@@ -101,6 +102,7 @@ export async function applyEvent(
   claim: Claim<ClaimedRow>,
   tx: Sql,
   counts: TxCounts,
+  clock: Clock,
   claimed?: ClaimedFirst,
 ): Promise<{ outcome: 'applied' | 'stale'; woke: boolean } | Wait> {
   if (!binding.ordering) {
@@ -134,7 +136,7 @@ export async function applyEvent(
   await binding.handle(event, tx, counts, claimed);
   await run(tx, q.writeVersion(version, aggregate));
   const woke = held?.latest != null && Number(held.latest) > version;
-  if (woke) await run(tx, q.wakeLater(aggregate, version, Date.now()));
+  if (woke) await run(tx, q.wakeLater(aggregate, version, clock.now()));
   return { outcome: 'applied', woke };
 }
 

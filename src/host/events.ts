@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { backoffDelay, sleep } from '../core/backoff.js';
+import { type Clock, systemClock } from '../core/clock.js';
 import { isContractError, OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
@@ -44,6 +45,13 @@ export interface EventQueueOptions {
   observer?: Observer;
   /** Where outcomes are counted, in the transaction of each; default totals of the process's metrics. */
   totals?: Totals;
+  /**
+   * What receipt times, due times, leases and backoff are judged by (a test's manual clock: a
+   * failed event's retry comes due, a dead worker's lease runs out, when the test advances it).
+   * The statements take the time as a value, never the database's now(), so this holds on SQLite
+   * and PostgreSQL alike. Polls, wake-ups and drain's timeout stay on real timers. Default the system clock.
+   */
+  clock?: Clock;
 }
 
 const OUTCOMES: readonly EventOutcome[] = [
@@ -87,6 +95,7 @@ export class EventQueue {
   private readonly onConflict: (message: string) => void;
   private readonly observer: Observer;
   private readonly totals: Totals;
+  private readonly clock: Clock;
   private readonly inFlight = new Set<Promise<void>>();
   private loop: Promise<void> | undefined;
   private stopping = false;
@@ -102,6 +111,7 @@ export class EventQueue {
     this.maxAttempts = positive(options.maxAttempts ?? 8, 'maxAttempts');
     this.baseDelayMs = positive(options.baseDelayMs ?? 500, 'baseDelayMs');
     this.maxDelayMs = positive(options.maxDelayMs ?? 60_000, 'maxDelayMs');
+    this.clock = options.clock ?? systemClock;
     // No renewals: the processing transaction's row lock (PostgreSQL) or write lock (SQLite) keeps
     // other workers off an event for as long as its consumer runs, and a renewal would wait on it.
     this.work = new WorkQueue(db, q.EVENT_WORK, {
@@ -109,6 +119,7 @@ export class EventQueue {
       baseDelayMs: this.baseDelayMs,
       maxDelayMs: this.maxDelayMs,
       leaseMs: positive(options.leaseMs ?? 30_000, 'leaseMs'),
+      clock: this.clock,
     });
     this.batchSize = positive(options.batchSize ?? 16, 'batchSize');
     this.pollMs = positive(options.pollMs ?? 250, 'pollMs');
@@ -141,7 +152,7 @@ export class EventQueue {
     const payload = JSON.stringify(data ?? null);
     const hash = bodyHash(type, payload);
     const insert = async (sql: Sql, count: Count) => {
-      const now = Date.now();
+      const now = this.clock.now();
       const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await count('oncely_events_total', [source, type, outcome]);
@@ -181,7 +192,7 @@ export class EventQueue {
     // Chunks keep each statement well under the databases' bound on placeholders.
     for (let from = 0; from < rows.length; from += INTAKE_CHUNK) {
       const chunk = rows.slice(from, from + INTAKE_CHUNK);
-      for (const row of await all<{ event_id: string }>(tx, q.insertEvents(source, chunk, Date.now())))
+      for (const row of await all<{ event_id: string }>(tx, q.insertEvents(source, chunk, this.clock.now())))
         inserted.add(row.event_id);
     }
     const outcomes: ('accepted' | 'duplicate' | 'conflict')[] = [];
@@ -254,6 +265,7 @@ export class EventQueue {
    * Throws DRAIN_TIMEOUT if some still are after `timeoutMs`.
    */
   async drain(timeoutMs = 30_000): Promise<void> {
+    // The timeout is real time; when an event is next due is the queue's clock (a manual one may never get there).
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       this.promoteAt = 0;
@@ -262,11 +274,12 @@ export class EventQueue {
       if (claimed > 0) continue;
       const [row] = await all<{ open: number | string; next_at: number | string | null }>(this.db, q.openEvents());
       if (!row || Number(row.open) === 0) return;
-      const now = Date.now();
-      if (now >= deadline)
+      const realNow = Date.now();
+      if (realNow >= deadline)
         throw new OncelyError('DRAIN_TIMEOUT', `${row.open} event(s) still pending or processing after ${timeoutMs}ms`);
+      const now = this.clock.now();
       const nextAt = row.next_at === null ? now + this.pollMs : Number(row.next_at);
-      await sleep(Math.max(1, Math.min(nextAt - now, this.pollMs, deadline - now)));
+      await sleep(Math.max(1, Math.min(nextAt - now, this.pollMs, deadline - realNow)));
     }
   }
 
@@ -277,7 +290,7 @@ export class EventQueue {
 
   /** Puts dead letters back in the queue with the same event id and no attempts; returns how many. */
   async replay(target: readonly { source: string; id: string }[] | 'all'): Promise<number> {
-    const now = Date.now();
+    const now = this.clock.now();
     const replayed = await this.totals.transaction(async (tx, { count }) => {
       const rows: { source: string; type: string }[] = [];
       if (target === 'all') rows.push(...(await all<{ source: string; type: string }>(tx, q.replayAllDead(now))));
@@ -350,7 +363,7 @@ export class EventQueue {
 
   /** Claims up to n due events and starts processing them; returns how many it claimed. */
   private async claimAndProcess(n: number): Promise<number> {
-    const now = Date.now();
+    const now = this.clock.now();
     if (now >= this.promoteAt) {
       this.promoteAt = now + this.pollMs;
       await run(this.db, q.dueWaits(this.db.dialect, now));
@@ -417,10 +430,10 @@ export class EventQueue {
           // The fence checked inside the transaction the consumer writes in: its writes commit with
           // the event's completion, or not at all when another worker claimed the event since.
           if (!(await this.work.hold(tx, claim))) return;
-          const result = await applyEvent(binding, event, claim, tx, counts, claimed);
+          const result = await applyEvent(binding, event, claim, tx, counts, this.clock, claimed);
           if ('reason' in result) {
             const delays = { baseDelayMs: this.baseDelayMs, maxDelayMs: this.maxDelayMs };
-            const deferred = await defer(this.work, delays, tx, claim, result);
+            const deferred = await defer(this.work, delays, tx, claim, result, this.clock.now());
             await counts.count('oncely_events_total', [event.source, event.type, deferred.outcome]);
             outcome = deferred.outcome;
             if (deferred.outcome === 'deferred') wait = { nextAt: deferred.nextAt, reason: result.reason };
@@ -461,7 +474,7 @@ export class EventQueue {
         this.promoteAt = 0;
         this.wake();
       },
-      Math.max(0, wait.nextAt - Date.now()),
+      Math.max(0, wait.nextAt - this.clock.now()),
     ).unref();
   }
 
@@ -470,13 +483,13 @@ export class EventQueue {
    * VALUE_INVALID, ...) fails the same way on every attempt and nobody can fix the request, so it
    * is a dead letter at once; anything else retries with backoff until its last attempt.
    */
-  private plan(claim: Claim<q.ClaimedRow>, error: unknown, now = Date.now()): RetryPlan {
+  private plan(claim: Claim<q.ClaimedRow>, error: unknown, now = this.clock.now()): RetryPlan {
     return isContractError(error) ? { dead: true, nextAttemptAt: now } : this.work.plan(claim, now);
   }
 
   private async fail(claim: Claim<q.ClaimedRow>, error: unknown): Promise<void> {
     const { row, attempts } = claim;
-    const now = Date.now();
+    const now = this.clock.now();
     const plan = this.plan(claim, error, now);
     const { dead, nextAttemptAt: next } = plan;
     const then = dead ? 'dead-lettered' : `retry in ${next - now} ms`;

@@ -83,7 +83,12 @@ export interface HostOptions {
   metrics?: Metrics;
   /** The admin API's bearer token; default `ONCELY_ADMIN_TOKEN`; with neither, the admin API answers loopback clients only. */
   adminToken?: string;
-  /** The clock of the engine and the flows (a test's manual clock); the event queue and the outbox keep the system's. */
+  /**
+   * The clock of the engine, the flows, the event queue and the outbox relay (a test's manual
+   * clock): a failed consumer's retry comes due, and a dead relay's or worker's lease runs out,
+   * when the test advances it. The record store keeps its own (SQLite's judges leases by the
+   * system clock unless given one; PostgreSQL's and Redis's by their server's). Timers stay real.
+   */
   clock?: Clock;
   /** Test only (oncely/testing's crash windows): the engine's and the flows' hooks at each window of each execution and step. */
   hooks?: TestHooks;
@@ -140,7 +145,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     const consumer = app.consumers.get(`${source}/${type}`);
     return (
       consumer &&
-      bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows, claimIn })
+      bindConsumer(source, type, consumer, { once, config: app.config, schema: currentSchema, flows, claimIn, clock })
     );
   };
   const events = new EventQueue(db, {
@@ -149,6 +154,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     logger,
     observer,
     totals,
+    clock,
     // With a logger a conflict is its decision line; without one, the queue's own console line.
     ...(logger ? { onConflict: () => undefined } : {}),
   });
@@ -157,7 +163,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     deliver: async (m: OutboxMessage) => void (await events.intake('outbox', m.id, m.topic, m.payload)),
   };
   const brokers = await hostBrokers(app.config, { db, events, consumers, logger });
-  const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals });
+  const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals, clock });
 
   const invoker = new Invoker(app, {
     totals,
@@ -167,6 +173,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     flows,
     afterCommit: () => relay.wake(),
     claimIn,
+    clock,
   });
 
   const stats = async (): Promise<HostStats> => {

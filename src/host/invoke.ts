@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Clock } from '../core/clock.js';
 import { type AnyErrorCode, ERRORS, type ErrorCode, OncelyError, statusOf } from '../core/errors.js';
 import { keyFrom, MAX_NAME_LENGTH, validateName } from '../core/key.js';
 import type { DecisionEvent, Observer } from '../core/observer.js';
@@ -44,7 +45,16 @@ export interface InvokeDeps {
   afterCommit(): void;
   /** A transaction of the host's Db for a claim-first write (effects 'external'): on SQLite, in the Db's queue. */
   claimIn: ClaimIn;
+  /** The host's clock: the time outbox messages a handler enqueues are written and due at. Default the system's. */
+  clock?: Clock;
 }
+
+/**
+ * The response header of an executed invocation under a key: the record's attempt that ran it (1,
+ * then + 1 per takeover or released failure), so a client or a test tells a takeover from a first
+ * execution. Replays and refusals do not carry it; `Idempotent-Replayed` says a replay.
+ */
+export const ATTEMPT_HEADER = 'oncely-attempt';
 
 /** What the gate of a handler knows of a request: its resolved tenant. */
 interface Invocation {
@@ -217,7 +227,13 @@ export class Invoker {
         dataEnvelope(
           await handler.module.handle(
             input,
-            hostContext(guarded, createDataStore(guarded, schema()), context, tenant, { flows, logger, count, ids }),
+            hostContext(guarded, createDataStore(guarded, schema()), context, tenant, {
+              flows,
+              logger,
+              count,
+              ids,
+              clock: this.deps.clock,
+            }),
           ),
         ),
       );
@@ -254,7 +270,7 @@ export class Invoker {
         }
         const finished = await execution.finish(answer, true);
         await counts.engine('handler', handler.action);
-        return finished;
+        return withAttempt(finished, execution.context.attempt);
       });
       this.deps.afterCommit();
       return response;
@@ -292,7 +308,7 @@ export class Invoker {
         const answer = await execution.within(() => run(tx, execution.context, counts.count));
         const finished = await execution.finish(answer, true, tx.handle);
         await counts.engine('handler', handler.action);
-        return finished;
+        return withAttempt(finished, execution.context.attempt);
       });
       this.deps.afterCommit();
       return response;
@@ -302,7 +318,8 @@ export class Invoker {
       if (storesError(handler.onError, error) && !NEVER_STORED.has((error as { code?: string }).code ?? ''))
         await execution.finish(answer, true);
       else await execution.abandon(error);
-      return answer;
+      // The claim was committed first: this attempt ran, whatever became of its outcome.
+      return withAttempt(answer, execution.context.attempt);
     }
   }
 
@@ -422,6 +439,12 @@ function inProgress(): HttpResponse {
       new OncelyError('IN_PROGRESS', 'a request with this key is running now', { retryAfterMs: IN_PROGRESS_RETRY_MS }),
     ),
   );
+}
+
+/** The answer of an execution, with the attempt it was (after finish: a stored answer never carries it). */
+function withAttempt(response: HttpResponse, attempt: number): HttpResponse {
+  response.headers[ATTEMPT_HEADER] = String(attempt);
+  return response;
 }
 
 /** Problem documents of the gate, in the host's envelope (status, Retry-After and the ids kept). */

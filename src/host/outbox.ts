@@ -1,3 +1,4 @@
+import { type Clock, systemClock } from '../core/clock.js';
 import { OncelyError } from '../core/errors.js';
 import { validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
@@ -20,15 +21,19 @@ export interface OutboxMessage {
   createdAt: number;
 }
 
-/** Writes a message in the caller's transaction; an id already written is not written again. */
+/**
+ * Writes a message in the caller's transaction; an id already written is not written again. `now`
+ * is when it is created and due (the host's clock; default the system's).
+ */
 export async function enqueue(
   tx: Sql,
   id: string,
   topic: string,
   payload: unknown,
+  now: number = Date.now(),
 ): Promise<{ id: string; created: boolean }> {
   validateKey(id);
-  const { text, values } = insertMessage(id, topic, JSON.stringify(payload ?? null), Date.now());
+  const { text, values } = insertMessage(id, topic, JSON.stringify(payload ?? null), now);
   const created = await tx.run(text, values);
   return { id, created: created === 1 };
 }
@@ -48,6 +53,13 @@ export interface RelayOptions {
   maxDelayMs?: number;
   /** Where deliveries, retries and dead letters are counted, each in its completion's transaction; default totals of the process's metrics. */
   totals?: Totals;
+  /**
+   * What due times, leases and backoff are judged by (a test's manual clock: a relay's lease runs
+   * out, a failed row's retry comes due, when the test advances it). The statements take the time
+   * as a value, never the database's now(), so this holds on SQLite and PostgreSQL alike. Polls and
+   * lease renewals stay on real timers. Default the system clock.
+   */
+  clock?: Clock;
 }
 
 /**
@@ -64,6 +76,7 @@ export class OutboxRelay {
   private stopping = false;
   private readonly work: WorkQueue<OutboxRow>;
   private readonly totals: Totals;
+  private readonly clock: Clock;
 
   constructor(
     private readonly db: Db,
@@ -73,10 +86,12 @@ export class OutboxRelay {
     if (!Number.isSafeInteger(inFlight) || inFlight < 1)
       throw new OncelyError('INVALID_ARGUMENT', `inFlight must be a positive integer, got ${inFlight}`);
     this.totals = options.totals ?? new Totals(db, processMetrics);
+    this.clock = options.clock ?? systemClock;
     this.work = new WorkQueue(db, OUTBOX_WORK, {
       leaseMs: options.leaseMs ?? 30_000,
       baseDelayMs: options.baseDelayMs,
       maxDelayMs: options.maxDelayMs,
+      clock: this.clock,
     });
   }
 
@@ -110,7 +125,7 @@ export class OutboxRelay {
    * settled in one transaction: a row marked delivered once confirmed, or failed with backoff.
    */
   async deliverDue(): Promise<number> {
-    const claimed = await this.work.claim(this.options.batchSize ?? 32, { ready: dueNow(Date.now()) });
+    const claimed = await this.work.claim(this.options.batchSize ?? 32, { ready: dueNow(this.clock.now()) });
     // One statement claimed them; its RETURNING order is not the claim's ORDER BY.
     claimed.sort((a, b) => Number(a.row.created_at) - Number(b.row.created_at) || (a.row.id < b.row.id ? -1 : 1));
     const inFlight = this.options.inFlight ?? 1;
@@ -141,7 +156,7 @@ export class OutboxRelay {
   private settle(claimed: Claim<OutboxRow>[], delivered: PromiseSettledResult<void>[]): Promise<void> {
     return this.totals.transaction(async (tx, { count }) => {
       const tally = new Map<string, { topic: string; outcome: string; n: number }>();
-      const now = Date.now();
+      const now = this.clock.now();
       for (const [i, claim] of claimed.entries()) {
         const result = delivered[i] as PromiseSettledResult<void>;
         let outcome: string;

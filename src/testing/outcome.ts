@@ -40,17 +40,27 @@ export function outcomeOf(caller: number, phase: string, settled: PromiseSettled
 
 /** The header every oncely HTTP surface answers a replay with: the middleware's and the host's `/v1/invoke`. */
 const REPLAYED_HEADER = 'idempotent-replayed';
+/** The header of a host's executed `/v1/invoke` answer: the record's attempt that ran it (above 1 after a takeover). */
+const ATTEMPT_HEADER = 'oncely-attempt';
 
 /**
  * A host's `POST /v1/invoke/:handler` answer read the way the kit reports a call: `{ value: data,
- * replayed }` (replayed from `Idempotent-Replayed`), or the envelope's error thrown with its `code`
- * and `status`. A storm's or crash child's `run` returns it so the report tells replays apart.
+ * replayed, record: { attempts } }` (replayed from `Idempotent-Replayed`, the attempt from
+ * `Oncely-Attempt`, on executed answers only), or the envelope's error thrown with its `code` and
+ * `status`. A storm's or crash child's `run` returns it so the report tells replays, executions
+ * and takeovers (attempt above 1, not replayed) apart.
  */
-export async function invokeResult(res: Response): Promise<{ value: unknown; replayed: boolean }> {
+export async function invokeResult(
+  res: Response,
+): Promise<{ value: unknown; replayed: boolean; record?: { attempts: number } }> {
   const answer = (await res.json()) as { data?: unknown; error?: { code: string; message: string } };
   if (answer.error)
     throw Object.assign(new Error(answer.error.message), { code: answer.error.code, status: res.status });
-  return { value: answer.data, replayed: res.headers.get(REPLAYED_HEADER) === 'true' };
+  const replayed = res.headers.get(REPLAYED_HEADER) === 'true';
+  const attempts = Number(res.headers.get(ATTEMPT_HEADER));
+  return Number.isSafeInteger(attempts) && attempts > 0
+    ? { value: answer.data, replayed, record: { attempts } }
+    : { value: answer.data, replayed };
 }
 
 /** A short text of what a caller got: 'replayed', 'executed', 'IN_PROGRESS', 'ok', 'error: ...'. */
