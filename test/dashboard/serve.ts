@@ -3,8 +3,8 @@
  * test/dashboard/app on a database, and the data an operator would look at, made through the app
  * itself: orders with their flows (one failed, one waiting for a signal), payments whose holders were
  * killed with SIGKILL mid-call (so their records are `unknown`; a capture's settled by its reconcile
- * function in an `oncely reconcile` pass), a dead-lettered webhook, and a pending approval of an agent
- * tool with a credit account.
+ * function in an `oncely reconcile` pass), a dead-lettered webhook, a pending approval of an agent
+ * tool with a credit account, and a costed tool whose call can be held open (its reservation open).
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import { type ServeProcess, startServeProcess } from '../../examples/shop/serve-process.js';
-import { type AgentRuntime, createAgentRuntime, defineTool } from '../../src/agent/index.js';
+import { type AgentRuntime, createAgentRuntime, defineTool, type ToolEnvelope } from '../../src/agent/index.js';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
 import { createOncely } from '../../src/engine/engine.js';
@@ -96,11 +96,21 @@ export const DEAD_EVENT = 'evt-dead-1';
 /** A second dead letter, replayed with "Replay all". */
 export const DEAD_EVENT_2 = 'evt-dead-2';
 
+/** What the held tool costs, of the account 'acme'. */
+export const HELD_CREDITS = 3;
+
 /** The agent side of the data: a tool that needs approval, and how often it really sent. */
 export interface AgentSide {
   agent: AgentRuntime;
   sent: string[];
   args: Record<string, unknown>;
+  /**
+   * Calls `summarizeOrder` (HELD_CREDITS of 'acme') for `orderId`, its execute held open until
+   * release(): its credit reservation stays open meanwhile. Resolves when the call ends.
+   */
+  hold(orderId: string): Promise<ToolEnvelope>;
+  /** Lets the held calls end (each confirms its reservation). */
+  release(): void;
   close(): Promise<void>;
 }
 
@@ -188,7 +198,25 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
       return { messageId: `m-${input.orderId}` };
     },
   });
-  const agent = await createAgentRuntime({ once, db: rows, tools: [notify] });
+  // A tool with a cost: while its execute runs, the credits it reserved are held (an open reservation).
+  const gates: (() => void)[] = [];
+  let released = false;
+  const summarize = defineTool({
+    name: 'summarizeOrder',
+    description: 'Summarizes an order for the customer.',
+    input: z.object({ orderId: z.string() }),
+    idempotency: { keyFields: ['orderId'], ttl: 'permanent' },
+    cost: { credits: HELD_CREDITS, account: () => 'acme' },
+    execute: async (input) => {
+      if (!released) await new Promise<void>((resolve) => gates.push(resolve));
+      return { summary: `order ${input.orderId}` };
+    },
+  });
+  const release = () => {
+    released = true;
+    for (const open of gates.splice(0)) open();
+  };
+  const agent = await createAgentRuntime({ once, db: rows, tools: [notify, summarize] });
   await agent.credits.grant('acme', 25);
   const args = { orderId: 'ORD-1', body: 'Your tea has shipped.' };
   const first = await agent.call('notifyCustomer', args);
@@ -208,7 +236,17 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
       ),
     (r) => Number(r[0]?.n) === 0,
   );
-  return { agent, sent, args, close: () => once.close() };
+  return {
+    agent,
+    sent,
+    args,
+    hold: (orderId) => agent.call('summarizeOrder', { orderId }),
+    release,
+    close: async () => {
+      release();
+      await once.close();
+    },
+  };
 }
 
 /** Counts by state of a table, as the overview shows them. */

@@ -19,6 +19,7 @@ import {
   DEAD_EVENT,
   DEAD_EVENT_2,
   ERROR_KEY,
+  HELD_CREDITS,
   leaveUnknownCharge,
   makeData,
   openDb,
@@ -26,6 +27,7 @@ import {
   RECONCILED_KEY,
   RETRY_KEY,
   type Serve,
+  sleep,
   startServe,
   stopServe,
   TOKEN,
@@ -357,6 +359,53 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect([ran?.state, Number(ran?.attempts)]).toEqual(['succeeded', 2]);
     });
 
+    it('records: the tenant and age filters applied from the page list what the database holds', async () => {
+      // A charge of another tenant (the app's tenant is the x-account header).
+      const charged = await post(
+        serve.base,
+        '/v1/invoke/pay.charge',
+        { orderId: 'ORD-T1' },
+        { 'idempotency-key': 'ORD-T1-charge', 'x-account': 'tea-house' },
+      );
+      expect(charged.status).toBe(200);
+      /** Fills the filters, applies them, and reads the rows of the table drawn again with them in the hash. */
+      const apply = async (fields: { tenant?: string; olderThan?: string }) => {
+        await page.fill('#f-tenant', fields.tenant ?? '');
+        await page.fill('#f-olderThan', fields.olderThan ?? '');
+        // The table drawn before is marked: the one to read is the next.
+        await page.locator('[data-testid=records]').evaluate((el) => el.setAttribute('data-drawn-before', ''));
+        await page.getByRole('button', { name: 'Apply' }).click();
+        const drawn = page.locator('[data-testid=records]:not([data-drawn-before])');
+        await drawn.waitFor();
+        const hash = new URLSearchParams(await page.evaluate(() => location.hash.split('?')[1] ?? ''));
+        expect(Object.fromEntries(hash)).toEqual(fields);
+        return drawn.locator('tbody tr').allInnerTexts();
+      };
+      await page.goto(`${serve.base}/oncely/#records`);
+      await page.locator('[data-testid=records]').waitFor();
+      const [tenants] = await rows.all<{ n: number | string }>(
+        "SELECT COUNT(*) AS n FROM oncely_records WHERE tenant = 'tea-house'",
+      );
+      expect(Number(tenants?.n)).toBe(1);
+      const ofTenant = await apply({ tenant: 'tea-house' });
+      expect(ofTenant).toHaveLength(1);
+      expect(ofTenant[0]).toMatch(/^tea-house \/ POST pay\.charge \/ ORD-T1-charge\tsucceeded\t1\t/);
+      // By age: nothing was written over an hour ago; once a second old, the charge is.
+      const [old] = await rows.all<{ n: number | string }>(
+        'SELECT COUNT(*) AS n FROM oncely_records WHERE updated_at <= ?',
+        [Date.now() - 3_600_000],
+      );
+      expect(Number(old?.n)).toBe(0);
+      expect(await apply({ olderThan: '1h' })).toEqual(['none']);
+      expect(await apply({ tenant: 'tea-house', olderThan: '1h' })).toEqual(['none']);
+      await sleep(1_100);
+      const aged = await apply({ tenant: 'tea-house', olderThan: '1s' });
+      expect(aged).toHaveLength(1);
+      expect(aged[0]).toContain('ORD-T1-charge');
+      expect(await page.locator('#f-olderThan').inputValue()).toBe('1s');
+      await shot('records-tenant-age');
+    });
+
     it('events: dead letters with their last error and attempts; replayed from the page one, then all, each applied once', async () => {
       await page.goto(`${serve.base}/oncely/#events`);
       const dead = page.locator('[data-testid=dead-letters] tbody tr', { hasText: DEAD_EVENT });
@@ -448,7 +497,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       await shot('flows');
     });
 
-    it('agent: the pending approval with its preview and hash; approved from the page, the tool sends once', async () => {
+    it("agent: the pending approval with its preview and hash, a held call's open reservation with its credits (filtered by account); approved from the page, the tool sends once", async () => {
       await page.goto(`${serve.base}/oncely/#agent`);
       const [pending] = await rows.all<{ id: string; content_hash: string }>(
         "SELECT id, content_hash FROM oncely_approvals WHERE status = 'pending'",
@@ -457,8 +506,71 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       await approval.waitFor();
       expect(await approval.innerText()).toContain('Your tea has shipped.');
       expect(await approval.innerText()).toContain(String(pending?.content_hash));
+      // A pending approval holds no credits (they are reserved when the tool runs): none is open yet.
       expect(await text('[data-testid=credits]')).toMatch(/acme\s+25\s+0/);
+      expect(await text('[data-testid=reservations] tbody')).toBe('none');
+      // A held tool call: its credits are reserved while its execute runs.
+      const held = side.hold('ORD-2');
+      const open = await until(
+        () =>
+          rows.all<{ action_id: string; credits: number | string; life: string }>(
+            "SELECT action_id, credits, life FROM oncely_credit_reservations WHERE status = 'reserved'",
+          ),
+        (r) => r.length === 1,
+      );
+      const [reservation] = open;
+      const [holder] = await rows.all<{ key: string; tenant: string; state: string }>(
+        'SELECT key, tenant, state FROM oncely_records WHERE trace_id = ?',
+        [reservation?.life],
+      );
+      expect(Number(reservation?.credits)).toBe(HELD_CREDITS);
+      await page.reload();
+      const listed = page.locator('[data-testid=reservations] tbody tr', { hasText: String(reservation?.action_id) });
+      await listed.waitFor();
+      const cells = await listed.locator('td').allInnerTexts();
+      expect(cells.slice(0, 5)).toEqual([
+        'acme',
+        String(HELD_CREDITS),
+        `${holder?.tenant} / summarizeOrder / ${holder?.key}`,
+        reservation?.action_id,
+        `in_progress, trace ${reservation?.life}`,
+      ]);
+      expect(holder?.state).toBe('in_progress');
+      // The account's line says the same: 25 granted, 3 held.
+      expect(await text('[data-testid=credits]')).toMatch(
+        new RegExp(`acme\\s+${25 - HELD_CREDITS}\\s+${HELD_CREDITS}`),
+      );
+      // Every control has a label; at phone width the page with the reservation fits 390 px.
+      for (const control of await page.locator('main input, main select').all())
+        expect(await control.evaluate((el) => (el as HTMLInputElement).labels?.length ?? 0)).toBeGreaterThan(0);
       await shot('agent');
+      await page.setViewportSize({ width: 390, height: 844 });
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await shot('agent-reservations-phone');
+      await page.setViewportSize({ width: 1280, height: 900 });
+      // Filtered by account from the page: acme's reservation, then none of another account.
+      for (const [account, shown] of [
+        ['acme', String(reservation?.action_id)],
+        ['nobody', 'none'],
+      ] as const) {
+        await page.fill('#f-account', account);
+        await page.getByRole('button', { name: 'Apply' }).click();
+        await page.waitForFunction((a) => location.hash.includes(`account=${a}`), account);
+        await page.locator('[data-testid=reservations] caption', { hasText: `of ${account}` }).waitFor();
+        expect(await text('[data-testid=reservations] tbody')).toContain(shown);
+        expect(await page.locator('[data-testid=reservations] tbody tr').count()).toBe(1);
+      }
+      // The call ends: its reservation is confirmed, no longer open, and the account keeps the charge.
+      side.release();
+      expect((await held).deliveryState).toBe('sent');
+      await page.goto(`${serve.base}/oncely/#agent`);
+      // Drawn again for all accounts (the page before showed another's: 'none' too).
+      await page
+        .locator('[data-testid=reservations] caption', { hasText: /^Open credit reservations, newest first$/ })
+        .waitFor();
+      expect(await text('[data-testid=reservations] tbody')).toBe('none');
+      expect(await text('[data-testid=credits]')).toMatch(new RegExp(`acme\\s+${25 - HELD_CREDITS}\\s+0`));
+      await approval.waitFor();
       await confirmClick(`Approve ${pending?.id}`, 'Approved.');
       const [decided] = await rows.all<{ status: string; decided_by: string }>(
         'SELECT status, decided_by FROM oncely_approvals WHERE id = ?',

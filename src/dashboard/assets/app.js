@@ -560,10 +560,21 @@ async function flow(id) {
   ];
 }
 
+/** The agent page's parameters with the reservations' cursor as `reservations` (the approvals keep theirs). */
+function nextReservations(params, cursor) {
+  const next = new URLSearchParams(params);
+  next.set('reservations', cursor);
+  return next;
+}
+
 async function agent(params) {
-  const [approvals, credits] = await Promise.all([
+  const held = new URLSearchParams();
+  if (params.get('account')) held.set('account', params.get('account'));
+  if (params.get('reservations')) held.set('cursor', params.get('reservations'));
+  const [approvals, credits, reservations] = await Promise.all([
     api(`/approvals${query(params, ['status']) || '?status=pending'}`),
     api('/credits'),
+    api(`/credits/reservations${String(held) ? `?${held}` : ''}`),
   ]);
   const rows = approvals.approvals.map((a) => {
     const decide = [];
@@ -605,7 +616,10 @@ async function agent(params) {
   });
   return [
     h('h2', { text: 'Agent' }),
-    filters('agent', params, [['status', 'Approval status', ['pending', 'approved', 'rejected', 'expired']]]),
+    filters('agent', params, [
+      ['status', 'Approval status', ['pending', 'approved', 'rejected', 'expired']],
+      ['account', 'Reservations of account'],
+    ]),
     table(
       'Approvals',
       ['Intent', 'Previewed content', 'Content hash (SHA-256)', 'Status', 'Who, when', ''],
@@ -618,6 +632,38 @@ async function agent(params) {
       credits.accounts.map((c) => row(c.account, String(c.balance), String(c.reserved))),
       'credits',
     ),
+    table(
+      params.get('account')
+        ? `Open credit reservations of ${params.get('account')}, newest first`
+        : 'Open credit reservations, newest first',
+      ['Account', 'Credits', 'Call (tenant / tool / key)', 'Action id', 'Record', 'Reserved', 'Expires'],
+      reservations.reservations.map((r) =>
+        row(
+          r.account,
+          String(r.credits),
+          r.tool ? `${r.tenant} / ${r.tool} / ${r.key}` : 'not found (its record finished or expired)',
+          h('code', { class: 'hash', text: r.actionId }),
+          r.recordState
+            ? `${r.recordState}${r.traceId ? `, trace ${r.traceId}` : ''}`
+            : r.traceId
+              ? `trace ${r.traceId}`
+              : null,
+          when(r.reservedAt),
+          when(r.expiresAt),
+        ),
+      ),
+      'reservations',
+    ),
+    reservations.cursor
+      ? h(
+          'p',
+          {},
+          h('a', {
+            href: `#agent?${nextReservations(params, reservations.cursor)}`,
+            text: 'Next page of reservations',
+          }),
+        )
+      : null,
   ];
 }
 
