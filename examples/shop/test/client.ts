@@ -4,10 +4,13 @@
  * and one call of a handler with an idempotency key.
  */
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { type Host, openHost } from 'oncely/host';
-import { crashHooks, invokeResult } from 'oncely/testing';
+import { crashHooks, invokeResult, storm } from 'oncely/testing';
 
 export const APP = fileURLToPath(new URL('..', import.meta.url));
 
@@ -33,6 +36,37 @@ export function shopHost(db: string): Promise<Host> {
     hosts.set(db, host);
   }
   return host;
+}
+
+/**
+ * A fresh shop database with one paid order per name (a crash window), made in a child process of
+ * its own (no crash variables there). No host stays open in this process: a SQLite writer here
+ * would wait on the children's lock.
+ */
+export async function paidOrderPerWindow(
+  prefix: string,
+  names: readonly string[],
+): Promise<{ db: string; orders: Record<string, string> }> {
+  const db = join(mkdtempSync(join(tmpdir(), prefix)), 'shop.db');
+  await (await shopHost(db)).stop();
+  hosts.delete(db);
+  const made = await storm({
+    run: () => undefined,
+    sequential: 0,
+    concurrent: 1,
+    processes: 1,
+    child: {
+      module: join(APP, 'test', 'deliver.ts'),
+      export: 'paidOrders',
+      env: { ONCELY_DEMO: '1' },
+      input: { db, names },
+    },
+    effects: () => 1,
+  });
+  const orders = made.calls.find((c) => c.phase === 'process 1')?.value as Record<string, string>;
+  for (const name of names)
+    if (!/^ord_/.test(orders?.[name] ?? '')) throw new Error(`no paid order was made for ${name}`);
+  return { db, orders };
 }
 
 /**

@@ -3,35 +3,20 @@
  * order's move and the flow's start), killed with SIGKILL at every crash window and retried from
  * a fresh process: one fulfilment flow per order whichever window the host died in.
  */
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { crashWindows, storm } from 'oncely/testing';
+import { crashWindows } from 'oncely/testing';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { APP, count, shopHost } from './client.js';
+import { APP, count, paidOrderPerWindow } from './client.js';
 
 process.env.ONCELY_DEMO = '1';
 const WINDOWS = ['claimed', 'before-effect', 'after-effect', 'completed'] as const;
 
 describe('the shop handler orders.fulfil killed at every crash window', () => {
-  // No host in this process while the children write (a SQLite writer here would wait on their lock).
-  const db = join(mkdtempSync(join(tmpdir(), 'oncely-shop-fulfil-crash-')), 'shop.db');
   const env = { ONCELY_DEMO: '1' };
+  let db = '';
   let orders: Record<string, string> = {};
   beforeAll(async () => {
-    const host = await shopHost(db);
-    await host.stop();
-    // A paid order per window, made and paid in a child process of its own (no crash variables there).
-    const made = await storm({
-      run: () => undefined,
-      sequential: 0,
-      concurrent: 1,
-      processes: 1,
-      child: { module: join(APP, 'test', 'deliver.ts'), export: 'paidOrders', env, input: { db, names: WINDOWS } },
-      effects: () => 1,
-    });
-    orders = made.calls.find((c) => c.phase === 'process 1')?.value as Record<string, string>;
-    for (const w of WINDOWS) expect(orders[w]).toMatch(/^ord_/);
+    ({ db, orders } = await paidOrderPerWindow('oncely-shop-fulfil-crash-', WINDOWS));
   }, 60_000);
 
   it('one flow per order; the retry takes the claim over after its 30 s lease, or replays at completed', async () => {
