@@ -8,13 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Host } from 'oncely/host';
 import { signStandardWebhook } from 'oncely/host';
-import {
-  faultProxy,
-  type RecordingDownstream,
-  recordingDownstream,
-  StormFailedError,
-  storm,
-} from 'oncely/testing';
+import { faultProxy, type RecordingDownstream, recordingDownstream, StormFailedError, storm } from 'oncely/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { count, invoke, shopHost } from './client.js';
 
