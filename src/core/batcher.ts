@@ -22,14 +22,13 @@ export interface BatcherOptions<I> {
   distinct?: (item: I) => string;
   /**
    * When an idle batcher sends: 'microtask' (the default) catches the callers of the same tick;
-   * 'turn' waits for the end of the event loop's turn (setImmediate), so callers of every
-   * callback of that turn (HTTP requests arriving on several sockets at once) share one statement;
-   * 'auto' gathers on a microtask and waits for the turn's end only when that caught less than half
-   * a batch (a batch that fills meanwhile goes at once): a wave of callers resumed by one answer
-   * (a closed loop) goes out at once, while other answers are still being handled, and callers
-   * arriving one callback at a time (HTTP requests) still share a statement.
+   * 'auto' gathers on a microtask and waits for the end of the event loop's turn (setImmediate)
+   * only when that caught less than half a batch (a batch that fills meanwhile goes at once): a
+   * wave of callers resumed by one answer (a closed loop) goes out at once, while other answers are
+   * still being handled, and callers arriving one socket callback at a time (HTTP requests) still
+   * share a statement.
    */
-  gather?: 'microtask' | 'turn' | 'auto';
+  gather?: 'microtask' | 'auto';
 }
 
 /**
@@ -48,7 +47,7 @@ export class Batcher<I, O> {
   private readonly maxInFlight: number;
   private readonly isolate: (error: unknown) => boolean;
   private readonly distinct: ((item: I) => string) | undefined;
-  private readonly gather: 'microtask' | 'turn' | 'auto';
+  private readonly gather: 'microtask' | 'auto';
 
   /** Creates a batcher around `run`. */
   constructor(
@@ -80,8 +79,7 @@ export class Batcher<I, O> {
       this.waitingTurn = false;
       this.pump();
     };
-    if (this.gather === 'turn') setImmediate(send);
-    else if (this.gather === 'microtask') queueMicrotask(send);
+    if (this.gather === 'microtask') queueMicrotask(send);
     else
       queueMicrotask(() => {
         if (this.queue.length * 2 >= this.maxBatch) return send();

@@ -112,9 +112,9 @@ export async function executeFlow(
     const idempotencyKey = `${workflowId}:${stepId}`;
     return { idempotencyKey, workflowId, stepId, attempt, subKey: (i) => `${idempotencyKey}:${i}` };
   };
-  // A step's windows, for crash tests: the claim's fence at the moment, the step's key and try.
-  const at = (window: CrashWindow, stepId: string, attempt: number) => {
-    if (!hooks) return;
+  // A step's windows, for crash tests (called only when `hooks` is set): the claim's fence at the
+  // moment, the step's key and try.
+  const at = (hooks: RunHooks, window: CrashWindow, stepId: string, attempt: number) => {
     const call: StepHookCall = {
       surface: 'flow',
       tenant: 'default',
@@ -196,11 +196,11 @@ export async function executeFlow(
     const { attempts = 3, backoff = '100ms', maxBackoff = '10s', final } = options.retry ?? {};
     const startedAt = Date.now();
     // Tests only (one check per window when off): the step starts under the run's claim, not memoized.
-    if (hooks) await at('claimed', stepId, 1);
+    if (hooks) await at(hooks, 'claimed', stepId, 1);
     for (let attempt = 1; ; attempt++) {
       if (!holds()) throw new Suspend('lease_lost');
       let value: T;
-      if (hooks) await at('before-effect', stepId, attempt);
+      if (hooks) await at(hooks, 'before-effect', stepId, attempt);
       try {
         value = await fn(stepContext(stepId, attempt));
       } catch (error) {
@@ -238,7 +238,7 @@ export async function executeFlow(
         continue;
       }
       // The step returned (its effect happened); its completion is not stored yet.
-      if (hooks) await at('after-effect', stepId, attempt);
+      if (hooks) await at(hooks, 'after-effect', stepId, attempt);
       const text = JSON.stringify(value ?? null);
       // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
       const inserted = await durable(() =>
@@ -258,7 +258,7 @@ export async function executeFlow(
       });
       if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
       // Stored: a crash from here on answers the step from its memo; the flow has not moved on.
-      if (hooks) await at('completed', stepId, attempt);
+      if (hooks) await at(hooks, 'completed', stepId, attempt);
       return { value: result, memoized: false, attempts: attempt };
     }
   };

@@ -48,12 +48,6 @@ describe('Batcher', () => {
     expect(callbacks.sizes).toEqual([1, 1, 1, 1]);
   });
 
-  it("'turn': the callers of every callback of one loop turn share a batch", async () => {
-    const { batcher, sizes } = doubling({ maxInFlight: 8, gather: 'turn' });
-    expect(await onePerCallback(batcher, 4)).toEqual([2, 4, 6, 8]);
-    expect(sizes).toEqual([4]);
-  });
-
   it("'auto': a lone caller waits for the turn's end, so callers of one turn's callbacks share a batch", async () => {
     const { batcher, sizes } = doubling({ maxBatch: 8, maxInFlight: 8, gather: 'auto' });
     expect(await onePerCallback(batcher, 4)).toEqual([2, 4, 6, 8]);
@@ -103,7 +97,7 @@ describe('Batcher', () => {
   });
 
   it('holds callers while maxInFlight batches are out, and sends them together when one returns', async () => {
-    for (const gather of ['microtask', 'turn', 'auto'] as const) {
+    for (const gather of ['microtask', 'auto'] as const) {
       const sizes: number[] = [];
       let release!: () => void;
       const held = new Promise<void>((r) => {
