@@ -9,9 +9,12 @@ export function checkIds(ids: { traceId?: string; requestId?: string }): void {
   if (ids.requestId !== undefined) validateId(ids.requestId, 'requestId');
 }
 
+/** What a tool's engine action starts with; the rest is the tool's name. */
+export const TOOL_ACTION_PREFIX = 'tool:';
+
 /** The engine's action of a tool's calls (their records, its reconcile function). */
 export function toolAction(name: string): string {
-  return `tool:${name}`;
+  return `${TOOL_ACTION_PREFIX}${name}`;
 }
 
 /**
@@ -21,7 +24,12 @@ export function toolAction(name: string): string {
 export function actionIdOf(tool: EffectTool, tenant: string, key: string, input: Record<string, unknown>): string {
   const fields = tool.idempotency.actionFields;
   const parts = fields ? [JSON.stringify(fields.map((f) => input[f] ?? null))] : [];
-  return stableUuid(tenant, toolAction(tool.name), key, 'action', ...parts);
+  return recordActionId(tenant, toolAction(tool.name), key, ...parts);
+}
+
+/** The action id of a tool call's record (its tenant, engine action and key), with `actionFields`' values if any. */
+export function recordActionId(tenant: string, action: string, key: string, ...parts: string[]): string {
+  return stableUuid(tenant, action, key, 'action', ...parts);
 }
 
 /** The key fields' values of a validated input, in declared order; KEY_REQUIRED for a missing one. */

@@ -4,8 +4,8 @@
  * costs its own rows however deep it is. Tables of components the database never migrated
  * (flows, agent) are listed as empty.
  */
+import { recordActionId, TOOL_ACTION_PREFIX as TOOL_ACTION, toolAction } from '../agent/keys.js';
 import { decodeCursor, encodeCursor, invalidCursor } from '../core/cursor.js';
-import { stableUuid } from '../core/ids.js';
 import type { Sql } from '../db/types.js';
 
 /** One page: its items and the cursor of the next page, null after the last. */
@@ -330,8 +330,6 @@ export interface OpenReservation {
   recordState: string | null;
 }
 
-const TOOL_ACTION = 'tool:';
-
 /**
  * Open reservations newest first, of one account when given; none when the agent tables were
  * never migrated. A reservation stores its account, credits and holder's trace id, not its tool
@@ -390,11 +388,11 @@ export async function listReservations(
     // One trace may run several tools: the record whose id makes this actionId (agent/keys.ts, a
     // tool without actionFields), else the only one of the trace.
     const record =
-      candidates.find((c) => stableUuid(c.tenant, c.action, c.key, 'action') === actionId) ??
+      candidates.find((c) => recordActionId(c.tenant, c.action, c.key) === actionId) ??
       (candidates.length === 1 ? candidates[0] : undefined);
     const approval = approvals.get(actionId);
     // An approval names its call for sure; its record's state is shown when it is that call's.
-    const same = !approval || (record?.key === approval.key && record.action === TOOL_ACTION + approval.tool);
+    const same = !approval || (record?.key === approval.key && record.action === toolAction(approval.tool));
     const call =
       approval ?? (record && { tenant: record.tenant, tool: record.action.slice(TOOL_ACTION.length), key: record.key });
     return {
