@@ -13,7 +13,8 @@
  *
  * Protocol (IPC): sends { ready, ports } once listening (bare, guarded, cached; or bare, oncely and
  * each peer's name); answers
- * { engine: { warmup, maxMs, concurrency } } with { engine: Timing, cpu }, { cpu } with the CPU
+ * { engine: { warmup, maxMs, concurrency, replay? } } with { engine: Timing, cpu } (replay: the engine's
+ * keys answered so far, run again), { cpu } with the CPU
  * time this process has used (user + system, µs); { close } closes and exits.
  */
 import { encodeResponse } from '../src/http/response.js';
@@ -28,7 +29,7 @@ import { PEERS, startPeer } from './http-peers.js';
 
 /** Messages from bench/http.ts. */
 export type ServerCommand =
-  | { engine: { warmup: number; maxMs: number; concurrency: number } }
+  | { engine: { warmup: number; maxMs: number; concurrency: number; replay?: boolean } }
   | { cpu: true }
   | { close: true };
 /** Messages to bench/http.ts. */
@@ -74,9 +75,9 @@ function engineOp(once: Oncely) {
     },
     ['content-type', 'location'],
   );
-  return async (i: number) => {
+  return (replay: boolean) => async (i: number) => {
     const r = await once.run({ action: 'POST /engine', key: `e${i}`, tenant: HTTP_TENANT, input }, () => value);
-    if (r.replayed) throw new Error(`engine key e${i} was not new`);
+    if (r.replayed !== replay) throw new Error(`engine key e${i} was ${replay ? 'not ' : ''}new`);
   };
 }
 
@@ -102,6 +103,7 @@ async function main(): Promise<void> {
         await startApp(framework as Framework, cachedOnce),
       ];
   const op = engineOp(once);
+  const [first, again] = [op(false), op(true)];
   let cursor = 0;
   process.on('message', (command: ServerCommand) => {
     if ('close' in command) {
@@ -119,12 +121,20 @@ async function main(): Promise<void> {
       return;
     }
     if (!('engine' in command)) return;
-    const { warmup, maxMs, concurrency } = command.engine;
+    const { warmup, maxMs, concurrency, replay = false } = command.engine;
     (async () => {
-      await warmUp(op, warmup, concurrency, cursor);
+      if (replay) {
+        // Replays cycle through every engine key answered so far, as the HTTP replays do through theirs.
+        if (cursor === 0) throw new Error('engine replays need a first run');
+        const cpu = cpuNow();
+        const timing = await measure(again, { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency }, 0, cursor);
+        send({ engine: timing, cpu: cpuNow() - cpu });
+        return;
+      }
+      await warmUp(first, warmup, concurrency, cursor);
       cursor += warmup;
       const cpu = cpuNow();
-      const timing = await measure(op, { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency }, cursor);
+      const timing = await measure(first, { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency }, cursor);
       cursor += timing.ops;
       send({ engine: timing, cpu: cpuNow() - cpu });
     })().catch((error: unknown) => send({ error: String(error) }));

@@ -6,11 +6,12 @@
  * drives it from this process. Redis CPU (INFO cpu of the redis-server) is read around each run on Redis.
  *
  * Environment: BENCH_HTTP_SECONDS (per measurement, default 2), BENCH_HTTP_ROUNDS (default 2, best
- * kept), BENCH_HTTP_PEER_ROUNDS (default 3), BENCH_HTTP_WARMUP (seconds per warm-up, default 1),
+ * kept), BENCH_HTTP_PEER_ROUNDS (default 3), BENCH_HTTP_WARMUP (seconds per warm-up, default 3),
  * BENCH_HTTP_STORES (comma list, default sqlite,postgres,redis), BENCH_HTTP_FRAMEWORKS (comma
  * list, default all), BENCH_HTTP_PEERS (0 skips the peers), PG_URL or DATABASE_URL, REDIS_URL.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
@@ -24,7 +25,8 @@ import { dropSchema, PG_URL, REDIS_URL, redisCpu, runId, scratchDir } from './se
 
 export const CONNECTIONS = 32;
 export const SECONDS = envInt('BENCH_HTTP_SECONDS', 2);
-export const WARMUP_SECONDS = envInt('BENCH_HTTP_WARMUP', 1);
+// Three seconds: with one, V8's optimizing compiler still took about 12% of the server's CPU in the first measured round.
+export const WARMUP_SECONDS = envInt('BENCH_HTTP_WARMUP', 3);
 export const ROUNDS = envInt('BENCH_HTTP_ROUNDS', 2);
 export const PEER_ROUNDS = envInt('BENCH_HTTP_PEER_ROUNDS', 3);
 const ALL_STORES = ['sqlite', 'postgres', 'redis'];
@@ -45,6 +47,8 @@ const log = (line: string) => process.stderr.write(`${line}\n`);
 export interface HttpRun {
   results: HttpResult[];
   peers: PeerResult | undefined;
+  /** Share of the machine's CPU time the hypervisor gave to other guests during the runs (Linux), if known. */
+  stolen: number | undefined;
 }
 
 export interface HttpResult {
@@ -56,6 +60,8 @@ export interface HttpResult {
   /** Replays through the engine with `replayCache`: answered from memory once seen. */
   cached: LoadResult;
   engine: EngineTiming;
+  /** The engine's replays of its own keys, in the same server: what a replay costs before HTTP. */
+  engineReplay: EngineTiming;
   /** Responses checked, in every run of this server. */
   checked: number;
   /** The runs with responses that failed a check. */
@@ -101,8 +107,9 @@ class Server {
     return port;
   }
 
-  async engine(warmup: number, maxMs: number): Promise<EngineTiming> {
-    const got = await this.ask({ engine: { warmup, maxMs, concurrency: CONNECTIONS } });
+  /** The engine's own once.run in the server: new keys, or (`replay`) the engine keys it answered before. */
+  async engine(warmup: number, maxMs: number, replay = false): Promise<EngineTiming> {
+    const got = await this.ask({ engine: { warmup, maxMs, concurrency: CONNECTIONS, replay } });
     if (!('engine' in got)) throw new Error(`engine run failed: ${JSON.stringify(got)}`);
     return { ...got.engine, serverCpu: got.cpu / got.engine.ops };
   }
@@ -185,14 +192,17 @@ async function measureOne(framework: Framework, store: string, where: string, re
     const timed: Record<Mode, LoadResult[]> = { bare: [], unique: [], replay: [] };
     const cachedRuns: LoadResult[] = [];
     const engines: EngineTiming[] = [];
+    const engineReplays: EngineTiming[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       timed.bare.push(await run('bare', SECONDS));
       timed.unique.push(await run('unique', SECONDS));
       engines.push(await server.engine(round === 0 ? 1_000 : 1, SECONDS * 1000));
       timed.replay.push(await run('replay', SECONDS));
+      engineReplays.push(await server.engine(0, SECONDS * 1000, true));
       cachedRuns.push(await run('replay', SECONDS, cached));
     }
-    const engine = engines.reduce((a, b) => (b.opsPerSec > a.opsPerSec ? b : a));
+    const quickest = (runs: EngineTiming[]) => runs.reduce((a, b) => (b.opsPerSec > a.opsPerSec ? b : a));
+    const engine = quickest(engines);
     const rate = Math.max(1, Math.round(fastest(timed.unique).reqPerSec / 2));
     const open = redis ? await load(guarded, 'unique', SECONDS, book, true, rate) : undefined;
     const result = {
@@ -203,6 +213,7 @@ async function measureOne(framework: Framework, store: string, where: string, re
       replay: fastest(timed.replay),
       cached: fastest(cachedRuns),
       engine,
+      engineReplay: quickest(engineReplays),
       checked: checkedOf(loads),
       failures: failuresOf(loads),
       open,
@@ -264,6 +275,24 @@ async function measurePeers(prefix: string, redis: RedisCpu): Promise<PeerResult
   }
 }
 
+/**
+ * The machine's CPU ticks so far, all and stolen (the `cpu` line of /proc/stat), or undefined off
+ * Linux. On a shared virtual machine, time stolen by other guests also slows what runs meanwhile
+ * (caches, wake-ups), so the report prints it beside CPU figures that would move with it.
+ */
+function cpuTicks(): { all: number; steal: number } | undefined {
+  try {
+    const fields = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '')
+      .trim()
+      .split(/\s+/)
+      .slice(1, 9)
+      .map(Number);
+    return { all: fields.reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
+  } catch {
+    return undefined;
+  }
+}
+
 /** Deletes every Redis key of this run: the records and the peers' keys all carry KEY_TAG. */
 async function dropRedisKeys(): Promise<void> {
   const client = new Redis(REDIS_URL);
@@ -289,6 +318,7 @@ export async function runHttp(): Promise<HttpRun> {
   const redis = STORES.includes('redis') || RUN_PEERS ? await redisCpu() : undefined;
   const results: HttpResult[] = [];
   let peers: PeerResult | undefined;
+  const before = cpuTicks();
   try {
     for (const store of STORES) {
       for (const framework of RUN_FRAMEWORKS) {
@@ -314,5 +344,8 @@ export async function runHttp(): Promise<HttpRun> {
     await redis?.close();
     if (redis) await dropRedisKeys();
   }
-  return { results, peers };
+  const after = cpuTicks();
+  const stolen =
+    before && after && after.all > before.all ? (after.steal - before.steal) / (after.all - before.all) : undefined;
+  return { results, peers, stolen };
 }
