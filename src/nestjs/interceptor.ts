@@ -6,6 +6,7 @@ import {
   Injectable,
   type NestInterceptor,
   SetMetadata,
+  StreamableFile,
   UseInterceptors,
 } from '@nestjs/common';
 import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
@@ -18,7 +19,6 @@ import { holdResponse } from '../express/capture.js';
 import { factsOf, send } from '../express/middleware.js';
 import { IdempotencyGate, type IdempotencyOptions } from '../http/gate.js';
 import type { HttpResponse } from '../http/response.js';
-import { toResponse } from '../http/web.js';
 
 /** The injection token of the interceptor's options: `{ provide: IDEMPOTENCY_OPTIONS, useValue: { once } }`. */
 export const IDEMPOTENCY_OPTIONS = Symbol('oncely.idempotency.options');
@@ -62,11 +62,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       switchMap((start) => {
         if (start.kind === 'pass') return next.handle();
         if (start.kind === 'respond') {
+          const res = http.getResponse<Response>();
           // A route with @Res() answers itself, so Nest sends nothing it returns: the answer is written here.
-          if (ownsResponse) return of(send(http.getResponse<Response>(), start.response));
-          // A web Response is the whole answer to Nest: its status and headers win over the route's.
-          // Its length is given, which Nest passes on: the body then goes out in one write, not chunked.
-          return of(toResponse(withLength(start.response)));
+          if (ownsResponse) return of(send(res, start.response));
+          return of(answer(res, start.response));
         }
         // What Nest (or an exception filter) writes to the Express response is held until it is stored.
         holdResponse(http.getResponse<Response>(), gate.maxBodyBytes, start.run);
@@ -92,12 +91,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 }
 
-/** The response with its Content-Length set (none on a 204 or 304, which have no body). */
-function withLength(response: HttpResponse): HttpResponse {
-  const { status, headers, body } = response;
-  if (status !== 204 && status !== 304 && headers['content-length'] === undefined)
-    headers['content-length'] = String(body.byteLength);
-  return response;
+/**
+ * Puts a replay or a problem on the Express response for Nest to send: its status and headers
+ * here, its body as what the route returns. Nest sets the route's status (@HttpCode, 201 for a
+ * POST) and @Header() values before interceptors run, and sends a StreamableFile without setting
+ * a status, so the stored status and headers set here win over them. A StreamableFile of bytes
+ * goes out as they are in one write, with their Content-Length (not chunked); a web Response
+ * would take them through a ReadableStream, an async iterator and a Readable first, for several
+ * times the CPU. setHeader, not res.set, which would add a charset to the stored Content-Type.
+ * A 204 or 304 has no body: Nest ends it with res.send(), which drops its Content-Type.
+ */
+function answer(res: Response, { status, headers, body }: HttpResponse): StreamableFile | undefined {
+  res.statusCode = status;
+  for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+  return status === 204 || status === 304 ? undefined : new StreamableFile(body);
 }
 
 /** A route's gate, and whether the route writes its response itself. */
