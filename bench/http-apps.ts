@@ -3,6 +3,8 @@
  * twice per framework: bare, and with the Idempotency-Key middleware configured as the examples do
  * (`{ once, tenant: x-account }`, mounted the same way). One factory builds both, so the handler
  * is the same code in both apps and only the middleware differs between "bare" and "unique/replay".
+ * The adapters come from `oncely/...`, the built package (npm run bench builds it first), as in an
+ * installed app: tsx's transform of the sources adds a name-keeping call per closure made.
  */
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
@@ -11,12 +13,12 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import Fastify, { type FastifyRequest } from 'fastify';
 import { type Context, Hono } from 'hono';
 import Koa, { type Context as KoaContext, type Next } from 'koa';
-import { idempotency as expressIdempotency } from '../src/express/index.js';
-import { idempotency as fastifyIdempotency } from '../src/fastify/index.js';
-import { idempotent } from '../src/fetch/index.js';
-import { idempotency as honoIdempotency } from '../src/hono/index.js';
-import type { Oncely } from '../src/index.js';
-import { idempotency as koaIdempotency } from '../src/koa/index.js';
+import type { Oncely } from 'oncely';
+import { idempotency as expressIdempotency } from 'oncely/express';
+import { idempotency as fastifyIdempotency } from 'oncely/fastify';
+import { idempotent } from 'oncely/fetch';
+import { idempotency as honoIdempotency } from 'oncely/hono';
+import { idempotency as koaIdempotency } from 'oncely/koa';
 import { startNest } from './http-nest.js';
 
 /**

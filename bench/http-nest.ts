@@ -9,8 +9,8 @@ import { Controller, HttpCode, Module, Post, Req, Res } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Request, Response } from 'express';
-import type { Oncely } from '../src/index.js';
-import { IDEMPOTENCY_OPTIONS, type IdempotencyOptions, Idempotent } from '../src/nestjs/index.js';
+import type { Oncely } from 'oncely';
+import { IDEMPOTENCY_OPTIONS, type IdempotencyOptions, Idempotent } from 'oncely/nestjs';
 import { counter, type RunningApp } from './http-apps.js';
 
 function decorate(target: object, name: string, method: MethodDecorator[], params: ParameterDecorator[]): void {

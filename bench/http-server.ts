@@ -17,12 +17,13 @@
  * keys answered so far, run again), { cpu } with the CPU
  * time this process has used (user + system, µs); { close } closes and exits.
  */
-import { encodeResponse } from '../src/http/response.js';
-import { createOncely, type Oncely } from '../src/index.js';
-import { postgresStore } from '../src/postgres/index.js';
-import { redisStore } from '../src/redis/index.js';
-import { sqliteStore } from '../src/sqlite/index.js';
-import type { RecordStore } from '../src/store.js';
+
+import type { RecordStore } from 'oncely';
+import { createOncely, type Oncely } from 'oncely';
+import { postgresStore } from 'oncely/postgres';
+import { redisStore } from 'oncely/redis';
+import { sqliteStore } from 'oncely/sqlite';
+import { encodeResponse } from '../dist/http/response.js';
 import { measure, type Timing, warmUp } from './harness.js';
 import { FRAMEWORKS, type Framework, HTTP_TENANT, type RunningApp, startApp } from './http-apps.js';
 import { PEERS, startPeer } from './http-peers.js';
