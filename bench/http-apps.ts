@@ -3,8 +3,8 @@
  * twice per framework: bare, and with the Idempotency-Key middleware configured as the examples do
  * (`{ once, tenant: x-account }`, mounted the same way). One factory builds both, so the handler
  * is the same code in both apps and only the middleware differs between "bare" and "unique/replay".
- * The adapters come from `oncely/...`, the built package (npm run bench builds it first), as in an
- * installed app: tsx's transform of the sources adds a name-keeping call per closure made.
+ * The adapters come from `oncely/...`: in the bench's server child that is the built package in
+ * dist (see SERVER_TSCONFIG in bench/http.ts; npm run bench builds it first), as in an installed app.
  */
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';

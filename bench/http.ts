@@ -40,6 +40,9 @@ const STORES = listed('BENCH_HTTP_STORES', ALL_STORES);
 const RUN_FRAMEWORKS = listed('BENCH_HTTP_FRAMEWORKS', FRAMEWORKS) as Framework[];
 const RUN_PEERS = process.env.BENCH_HTTP_PEERS !== '0';
 const SERVER = fileURLToPath(new URL('./http-server.ts', import.meta.url));
+// The server runs the built package (dist), as an installed app does: tsx reads the root tsconfig's
+// paths, which map `oncely/...` to the sources (whose transform adds a name-keeping call per closure made).
+const SERVER_TSCONFIG = fileURLToPath(new URL('./tsconfig.dist.json', import.meta.url));
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -95,7 +98,10 @@ class Server {
 
   static async start(framework: Framework | 'peers', store: string, where: string): Promise<Server> {
     const url = store === 'redis' ? REDIS_URL : PG_URL;
-    const child = fork(SERVER, [framework, store, where, url], { execArgv: ['--import', 'tsx'] });
+    const child = fork(SERVER, [framework, store, where, url], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, TSX_TSCONFIG_PATH: SERVER_TSCONFIG },
+    });
     const ready = await reply(child);
     if (!('ready' in ready)) throw new Error(`the ${framework} server did not start: ${JSON.stringify(ready)}`);
     return new Server(child, ready.ports);
