@@ -62,7 +62,7 @@ export function httpReport({ results, peers, stolen }: HttpRun): HttpReport {
   const cpuRows = results.map((r) => {
     const subject = `${r.framework} ${r.store}`;
     const bare = r.bare.serverCpu ?? Number.NaN;
-    const ownNew = (r.unique.serverCpu ?? Number.NaN) - bare - r.engine.serverCpu;
+    const ownNew = (r.unique.serverCpu ?? Number.NaN) - bare - r.engineMatched.serverCpu;
     // As for new keys, the engine's own run (here its store read and decoding) is not the middleware's.
     const overBare = (r.replay.serverCpu ?? Number.NaN) - bare;
     const ownReplay = overBare - r.engineReplay.serverCpu;
@@ -77,8 +77,8 @@ export function httpReport({ results, peers, stolen }: HttpRun): HttpReport {
       us(r.unique.serverCpu),
       us(r.replay.serverCpu),
       us(r.cached.serverCpu),
-      us(r.engine.serverCpu),
-      us(r.engineReplay.serverCpu),
+      `${us(r.engine.serverCpu)}; ${us(r.engineMatched.serverCpu)} at ${r.engineMatched.concurrency}`,
+      `${us(r.engineReplay.serverCpu)} at ${r.engineReplay.concurrency}`,
       formatAtMost(ownNew, newLimit),
       us(overBare),
       formatAtMost(ownReplay, replayLimit),
@@ -87,9 +87,10 @@ export function httpReport({ results, peers, stolen }: HttpRun): HttpReport {
       r.open ? `${formatOps(r.open.reqPerSec)} req/s: ${us(r.open.serverCpu)}, Redis ${us(r.open.redisCpu)}` : '—',
     ];
   });
-  const cpuHeader = ['framework', 'store', 'bare', 'unique', 'replay', 'cached replay', 'engine run', 'engine replay'];
+  const cpuHeader = ['framework', 'store', 'bare', 'unique', 'replay', 'cached replay', 'engine run: at 32; at n'];
   cpuHeader.push(
-    'own, new key: unique − bare − engine',
+    'engine replay at n',
+    'own, new key: unique − bare − engine at n',
     'replay − bare',
     'own, replay: replay − bare − engine replay',
     'Redis: unique',
@@ -110,8 +111,11 @@ export function httpReport({ results, peers, stolen }: HttpRun): HttpReport {
     `bare = the same route and handler without the middleware; unique = a new Idempotency-Key per request;`,
     `replay = keys answered before; cached replay = the same, through an engine with replayCache (answered`,
     `from memory, no store read; off by default); engine = once.run in the same server process, same engine and store,`,
-    `${CONNECTIONS} concurrent, the input and 201 response the middleware stores, no HTTP (engine replay: the same`,
-    `engine keys run again, cycling through all of them); ceiling = 1/(1/bare + 1/engine),`,
+    `${CONNECTIONS} concurrent, the input and 201 response the middleware stores, no HTTP; "at n": the same loop`,
+    `with n runs at once, n being how many of the middleware's engine runs were under way at once on average in the`,
+    `unique (or replay) run shown (their summed durations over its length), since the store's CPU per write`,
+    `depends on how many writes share a commit or a round trip; engine replay: the engine's keys run again,`,
+    `cycling through all of them; ceiling = 1/(1/bare + 1/engine at 32),`,
     `what a new key would reach if the middleware itself cost nothing. The server is a child`,
     `process (node --import tsx, running the built package from dist as an installed app would), one per framework`,
     `and store (fresh SQLite file, PostgreSQL schema, Redis prefix);`,

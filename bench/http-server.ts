@@ -15,11 +15,12 @@
  * each peer's name); answers
  * { engine: { warmup, maxMs, concurrency, replay? } } with { engine: Timing, cpu } (replay: the engine's
  * keys answered so far, run again), { cpu } with the CPU
- * time this process has used (user + system, µs); { close } closes and exits.
+ * time this process has used (user + system, µs), { busy } with the engine time of the middleware's
+ * runs so far (ms, summed over runs); { close } closes and exits.
  */
 
 import type { RecordStore } from 'oncely';
-import { createOncely, type Oncely } from 'oncely';
+import { createOncely, type DecisionEvent, type Oncely } from 'oncely';
 import { postgresStore } from 'oncely/postgres';
 import { redisStore } from 'oncely/redis';
 import { sqliteStore } from 'oncely/sqlite';
@@ -32,12 +33,14 @@ import { PEERS, startPeer } from './http-peers.js';
 export type ServerCommand =
   | { engine: { warmup: number; maxMs: number; concurrency: number; replay?: boolean } }
   | { cpu: true }
+  | { busy: true }
   | { close: true };
 /** Messages to bench/http.ts. */
 export type ServerReply =
   | { ready: true; ports: Record<string, number> }
   | { engine: Timing; cpu: number }
   | { cpu: number }
+  | { busy: number }
   | { error: string };
 
 /** CPU time used by this process so far, user and system, in µs. */
@@ -88,7 +91,15 @@ async function main(): Promise<void> {
   if (!(peers || FRAMEWORKS.includes(framework as Framework)) || !kind || !where)
     throw new Error('usage: http-server.ts <framework|peers> <sqlite|postgres|redis> <file|schema|prefix> [url]');
   if (peers && kind !== 'redis') throw new Error('the peers run on redis only');
-  const once = await createOncely({ store: openStore(kind, where, url) });
+  // The engine time of the middleware's runs so far (ms, summed over runs): its growth over an HTTP
+  // run divided by that run's length is how many engine runs were under way at once, on average,
+  // the concurrency the engine alone is then measured at. The hook costs the engine loop what it
+  // costs the middleware's runs, so it cancels out of the own-CPU figures.
+  let busyMs = 0;
+  const onDecision = (decision: DecisionEvent) => {
+    if (decision.surface === 'http') busyMs += decision.durationMs ?? 0;
+  };
+  const once = await createOncely({ store: openStore(kind, where, url), onDecision });
   // The same records through an engine with a replay cache large enough for every key of the run.
   const cachedOnce = await createOncely({ store: openStore(kind, where, url), replayCache: REPLAY_CACHE });
   const names = peers ? ['bare', 'oncely', ...PEERS] : ['bare', 'guarded', 'cached'];
@@ -119,6 +130,10 @@ async function main(): Promise<void> {
     }
     if ('cpu' in command) {
       send({ cpu: cpuNow() });
+      return;
+    }
+    if ('busy' in command) {
+      send({ busy: busyMs });
       return;
     }
     if (!('engine' in command)) return;
