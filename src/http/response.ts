@@ -29,7 +29,10 @@ export function encodeResponse(response: HttpResponse, keep: readonly string[]):
 
 /** The response a replay sends. */
 export function decodeResponse(stored: StoredResponse): HttpResponse {
-  return { status: stored.status, headers: { ...stored.headers }, body: Buffer.from(stored.body, 'base64') };
+  // Object.assign, not a spread: on Node 20 every header added to a spread copy (the replay's own
+  // headers are) takes about 1 µs, against 20-80 ns on an assigned one.
+  const headers = Object.assign({}, stored.headers);
+  return { status: stored.status, headers, body: Buffer.from(stored.body, 'base64') };
 }
 
 /** Lower-cases header names and turns numbers into strings, as frameworks hand them out mixed. */
