@@ -51,8 +51,9 @@ export async function idempotency(fastify: FastifyInstance, options: FastifyIdem
       orphans.add(claim);
       run.clientLeft();
     };
+    // `on`, not `once`: a response closes once, and once() wraps the listener in a closure of its own.
     if (reply.raw.destroyed) closed();
-    else reply.raw.once('close', closed);
+    else reply.raw.on('close', closed);
   };
 
   // Fastify reads bodies up to its own bodyLimit; maxBodyBytes must hold before that too, even
@@ -148,12 +149,13 @@ function factsOf(request: FastifyRequest): RequestFacts {
   };
 }
 
-/** Sends a replay or a problem as stored: a Buffer, which Fastify neither serializes nor retypes. */
+/** Sends a replay or a problem as stored: bytes, which Fastify neither serializes nor retypes. */
 function send(reply: FastifyReply, response: HttpResponse): void {
   reply.code(response.status).headers(response.headers);
-  // An empty body without a type stays without one (Fastify would call a Buffer application/octet-stream).
+  // An empty body without a type stays without one (Fastify would call bytes application/octet-stream).
   if (response.body.byteLength === 0 && response.headers['content-type'] === undefined) reply.send();
-  else reply.send(Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength));
+  // Fastify makes a Buffer of any other Uint8Array itself.
+  else reply.send(response.body);
 }
 
 /**

@@ -173,7 +173,8 @@ export class IdempotencyGate<Req> {
 
   /** True when the method is covered; adapters skip all work for the rest. */
   covers(method: string): boolean {
-    return this.methods.has(method.toUpperCase());
+    // Frameworks hand methods out upper-case already: the copy is only made for the rest.
+    return this.methods.has(method) || this.methods.has(method.toUpperCase());
   }
 
   /**

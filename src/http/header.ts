@@ -21,10 +21,28 @@ export function readKeyHeader(value: string | string[] | undefined | null): stri
   }
   const text = value.trim();
   if (text === '') throw new KeyRequiredError(`${HEADER} is empty`);
+  // Most clients quote a plain key: settled by one scan, without a match array and a replace.
+  if (plainQuoted(text)) return readKey(text.slice(1, -1));
   const quoted = SF_STRING.exec(text);
   const key = quoted ? (quoted[1] ?? '').replace(/\\(["\\])/g, '$1') : TOKEN.test(text) ? text : undefined;
   if (key === undefined)
     throw new KeyInvalidError(`${HEADER} must be a quoted string ("...") or a token of printable ASCII without spaces`);
+  return readKey(key);
+}
+
+/** True for `"..."` holding only printable ASCII without a quote or a backslash: SF_STRING's case without escapes. */
+function plainQuoted(text: string): boolean {
+  const last = text.length - 1;
+  if (last < 1 || text.charCodeAt(0) !== 0x22 || text.charCodeAt(last) !== 0x22) return false;
+  for (let i = 1; i < last; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) return false;
+  }
+  return true;
+}
+
+/** The key of the header, checked: an empty one (`""`) is KEY_INVALID, the header being there. */
+function readKey(key: string): string {
   try {
     return validateKey(key);
   } catch (error) {
