@@ -93,66 +93,111 @@ const EMPTY = new Uint8Array(0);
 
 const unusable = () => new TypeError('Body is unusable: it has already been read');
 
+/** What a refilled request's body serves: the bytes the gate read, read once as a body is. */
+interface Refill {
+  bytes: Uint8Array<ArrayBuffer>;
+  text: string;
+  type: string | null;
+  used: boolean;
+  /** A `Response` over the bytes, made when a method other than `text()` and `json()` is first asked for. */
+  held: Response | undefined;
+}
+
+const REFILL = Symbol('oncely.refill');
+type Refilled = Request & { [REFILL]: Refill };
+
+function holder(state: Refill): Response {
+  state.held ??= new Response(
+    state.bytes,
+    state.type === null ? undefined : { headers: { 'content-type': state.type } },
+  );
+  return state.held;
+}
+
+const read = <T>(fast: (state: Refill) => T, slow: (r: Response) => Promise<T>) =>
+  function (this: Refilled): Promise<T> {
+    const state = this[REFILL];
+    if (state.held !== undefined) return slow(state.held);
+    if (state.used) return Promise.reject(unusable());
+    state.used = true;
+    try {
+      return Promise.resolve(fast(state));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+
+const method = (name: 'arrayBuffer' | 'blob' | 'bytes' | 'formData') =>
+  function (this: Refilled): Promise<unknown> {
+    const state = this[REFILL];
+    if (state.used) return Promise.reject(unusable());
+    return holder(state)[name]();
+  };
+
+/** The body members of a refilled request; they read the request's own `Refill`. */
+const refilledBody: PropertyDescriptorMap = {
+  text: {
+    configurable: true,
+    writable: true,
+    value: read(
+      (state) => state.text,
+      (r) => r.text(),
+    ),
+  },
+  json: {
+    configurable: true,
+    writable: true,
+    value: read(
+      (state) => JSON.parse(state.text) as unknown,
+      (r) => r.json(),
+    ),
+  },
+  arrayBuffer: { configurable: true, writable: true, value: method('arrayBuffer') },
+  blob: { configurable: true, writable: true, value: method('blob') },
+  bytes: { configurable: true, writable: true, value: method('bytes') },
+  formData: { configurable: true, writable: true, value: method('formData') },
+  body: {
+    configurable: true,
+    get(this: Refilled) {
+      return holder(this[REFILL]).body;
+    },
+  },
+  bodyUsed: {
+    configurable: true,
+    get(this: Refilled) {
+      const state = this[REFILL];
+      return state.used || (state.held?.bodyUsed ?? false);
+    },
+  },
+  clone: {
+    configurable: true,
+    writable: true,
+    value(this: Refilled): Request {
+      const state = this[REFILL];
+      if (state.used || state.held?.bodyUsed) throw unusable();
+      const { method: verb, headers, signal, url } = this;
+      return new Request(url, { method: verb, headers, signal, body: state.bytes.slice() });
+    },
+  },
+};
+
+// One refilled prototype per kind of request (Request, NextRequest, @hono/node-server's), made once:
+// defining ten members and their closures on every request cost more than the rest of the adapter.
+const refilledPrototypes = new WeakMap<object, object>();
+
 /**
  * Makes a request whose body the gate has read readable again, on the object itself (a Next.js
- * `NextRequest` stays one): its body methods, `body` and `bodyUsed` serve `bytes`, read once as a
- * body is. `text()` and `json()` come straight from the decoded text; the others, and `body`,
- * from a `Response` over the bytes, made when first asked for. `clone()` is a new `Request` with them.
+ * `NextRequest` stays one, of its own class): its body methods, `body` and `bodyUsed` serve `bytes`,
+ * read once as a body is. `text()` and `json()` come straight from the decoded text; the others, and
+ * `body`, from a `Response` over the bytes. `clone()` is a new `Request` with them.
  */
 function refill(request: Request, bytes: Uint8Array<ArrayBuffer>, text: string, type: string | null): void {
-  let used = false;
-  let held: Response | undefined;
-  const holder = () => {
-    held ??= new Response(bytes, type === null ? undefined : { headers: { 'content-type': type } });
-    return held;
-  };
-  const read =
-    <T>(fast: () => T, slow: (r: Response) => Promise<T>) =>
-    (): Promise<T> => {
-      if (held !== undefined) return slow(held);
-      if (used) return Promise.reject(unusable());
-      used = true;
-      try {
-        return Promise.resolve(fast());
-      } catch (error) {
-        return Promise.reject(error);
-      }
-    };
-  const method = (name: 'arrayBuffer' | 'blob' | 'bytes' | 'formData') => (): Promise<unknown> => {
-    if (used) return Promise.reject(unusable());
-    return holder()[name]();
-  };
-  Object.defineProperties(request, {
-    text: {
-      configurable: true,
-      writable: true,
-      value: read(
-        () => text,
-        (r) => r.text(),
-      ),
-    },
-    json: {
-      configurable: true,
-      writable: true,
-      value: read(
-        () => JSON.parse(text) as unknown,
-        (r) => r.json(),
-      ),
-    },
-    arrayBuffer: { configurable: true, writable: true, value: method('arrayBuffer') },
-    blob: { configurable: true, writable: true, value: method('blob') },
-    bytes: { configurable: true, writable: true, value: method('bytes') },
-    formData: { configurable: true, writable: true, value: method('formData') },
-    body: { configurable: true, get: () => holder().body },
-    bodyUsed: { configurable: true, get: () => used || (held?.bodyUsed ?? false) },
-    clone: {
-      configurable: true,
-      writable: true,
-      value(): Request {
-        if (used || held?.bodyUsed) throw unusable();
-        const { method: verb, headers, signal, url } = request;
-        return new Request(url, { method: verb, headers, signal, body: bytes.slice() });
-      },
-    },
-  });
+  const proto = Object.getPrototypeOf(request) as object;
+  let refilled = refilledPrototypes.get(proto);
+  if (refilled === undefined) {
+    refilled = Object.create(proto, refilledBody) as object;
+    refilledPrototypes.set(proto, refilled);
+  }
+  (request as Refilled)[REFILL] = { bytes, text, type, used: false, held: undefined };
+  Object.setPrototypeOf(request, refilled);
 }

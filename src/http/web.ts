@@ -81,8 +81,16 @@ export async function capture(res: Response, limit: number): Promise<Captured> {
     headers[name] = value;
   });
   const response = { status: res.status, headers, body: new Uint8Array() };
-  if (/text\/event-stream/i.test(headers['content-type'] ?? '') || !res.body)
+  if (/text\/event-stream/i.test(headers['content-type'] ?? ''))
     return res.body ? { response, complete: false, passThrough: res } : { response, complete: true };
+  const held = heldBody(res);
+  if (held !== undefined) {
+    const bytes = typeof held === 'string' ? Buffer.from(held) : Buffer.from(held ?? EMPTY);
+    if (bytes.byteLength > limit) return { response, complete: false, passThrough: res };
+    response.body = bytes;
+    return { response, complete: true };
+  }
+  if (!res.body) return { response, complete: true };
   const reader = res.body.getReader();
   const { chunks, over } = await readUpTo(reader, limit);
   if (over) {
@@ -102,6 +110,22 @@ export async function capture(res: Response, limit: number): Promise<Captured> {
   }
   response.body = Buffer.concat(chunks);
   return { response, complete: true };
+}
+
+// The symbol @hono/node-server's own Response keeps `[status, body, headers]` under, found on the first one.
+let heldKey: symbol | undefined;
+
+/**
+ * The body of @hono/node-server's own Response when it holds it as given (a string, bytes or none),
+ * as node-server writes it; undefined for any other Response or body. Asking for `body` would build
+ * an undici Response and a web stream (about 10 µs) just for it to be read back here.
+ */
+function heldBody(res: Response): string | Uint8Array | null | undefined {
+  heldKey ??= Object.getOwnPropertySymbols(res).find((key) => key.description === 'cache');
+  const held = heldKey === undefined ? undefined : (res as unknown as Record<symbol, unknown>)[heldKey];
+  if (!Array.isArray(held) || held.length !== 3) return undefined;
+  const body: unknown = held[1];
+  return body === null || typeof body === 'string' || body instanceof Uint8Array ? body : undefined;
 }
 
 /** The response to send after `finish`: the stored one, or the pass-through with the gate's headers added. */
