@@ -1,6 +1,6 @@
 import { OutgoingMessage, ServerResponse } from 'node:http';
 import type { Execution } from '../http/gate.js';
-import { normalizeHeaders } from '../http/response.js';
+import type { HttpResponse } from '../http/response.js';
 
 type Callback = (error?: Error | null) => void;
 type Chunk = string | Uint8Array;
@@ -15,6 +15,8 @@ const HOLD = Symbol('oncely.hold');
 type Held = ServerResponse & { [HOLD]?: Hold | undefined };
 
 const EMPTY = Buffer.alloc(0);
+type Headers = HttpResponse['headers'];
+const NO_HEADERS: Headers = {};
 
 /**
  * Holds what a handler writes to `res` until its record is written, then sends it.
@@ -31,11 +33,27 @@ const EMPTY = Buffer.alloc(0);
 export function holdResponse(res: ServerResponse, limit: number, run: Execution): void {
   const held = res as Held;
   const proto = Object.getPrototypeOf(res) as object;
-  const wrapped = METHODS.some((name) => Object.hasOwn(res, name));
   // Node's own prototype is never patched: only an app's (Express gives each app its own).
-  const shared = !wrapped && proto !== ServerResponse.prototype;
+  const shared = !wrappedOnItself(res) && proto !== ServerResponse.prototype;
   const original = shared ? (patched.get(proto) ?? patch(proto, true)) : patch(res, false);
   held[HOLD] = new Hold(held, limit, run, original);
+  // One listener shared by every response, rather than a closure and a once() wrapper for each.
+  res.on('close', leftEarly);
+}
+
+/** Whether another middleware replaced one of the seven methods on `res` itself. */
+function wrappedOnItself(res: ServerResponse): boolean {
+  for (const name of METHODS) if (Object.hasOwn(res, name)) return true;
+  return false;
+}
+
+/**
+ * The response closed: before it ended, the client left. The handler still answers (into a closed
+ * socket), and that answer is stored for the client's retry; one that never answers is released
+ * after a lease. A response sent (no hold left) or ending closes as it should.
+ */
+function leftEarly(this: Held): void {
+  this[HOLD]?.closed();
 }
 
 /** The originals behind each patched prototype, in the order patch found them. */
@@ -136,12 +154,11 @@ class Hold {
     private readonly limit: number,
     private readonly run: Execution,
     private readonly original: Originals,
-  ) {
-    res.once('close', () => {
-      // The client left before the response ended. The handler still answers (into a closed socket),
-      // and that answer is stored for the client's retry; one that never answers is released after a lease.
-      if (this.state === 'holding' || this.state === 'streaming') run.clientLeft();
-    });
+  ) {}
+
+  /** The response closed (leftEarly): before the handler ended it, the client left. */
+  closed(): void {
+    if (this.state !== 'ending') this.run.clientLeft();
   }
 
   writeHead(status: number, reason?: unknown, headers?: unknown): ServerResponse {
@@ -210,23 +227,29 @@ class Hold {
     this.state = 'ending';
     const body = !complete ? EMPTY : held.length === 0 ? (last ?? EMPTY) : Buffer.concat(last ? [...held, last] : held);
     const status = res.statusCode;
-    const captured = { status, headers: normalizeHeaders(res.getHeaders()), body };
+    const captured = { status, headers: headersOf(res), body };
     if (complete) this.frozen = true;
-    const send = (headers: Record<string, string | string[]>) => {
-      // From here on every method is the original again.
-      res[HOLD] = undefined;
-      if (complete) {
-        res.statusCode = status;
-        for (const name in headers) if (!res.hasHeader(name)) res.setHeader(name, headers[name] as string | string[]);
-      }
-      Reflect.apply(this.original.end, res, [complete ? body : last, callback]);
-    };
+    const chunkLeft = complete ? body : last;
     this.run.finish(captured, complete).then(
-      (sent) => send(sent.headers),
+      (sent) => this.send(status, sent.headers, chunkLeft, callback),
       // The gate answers every failure itself; should it ever throw, the client still gets its response.
-      () => send({}),
+      () => this.send(status, NO_HEADERS, chunkLeft, callback),
     );
     return res;
+  }
+
+  /**
+   * Ends the response with `chunk` once finish has answered: a held response (frozen) with the
+   * status it had at its end and the headers the gate added; from here on every method is the original.
+   */
+  private send(status: number, headers: Headers, chunk: Chunk | undefined, callback: Callback | undefined): void {
+    const { res, original } = this;
+    res[HOLD] = undefined;
+    if (this.frozen) {
+      res.statusCode = status;
+      for (const name in headers) if (!res.hasHeader(name)) res.setHeader(name, headers[name] as string | string[]);
+    }
+    Reflect.apply(original.end, res, [chunk, callback]);
   }
 
   /** Sends what was held and lets the rest through (end stays the hold's, to report the outcome). */
@@ -236,6 +259,20 @@ class Hold {
     for (const chunk of this.held) Reflect.apply(this.original.write, this.res, [chunk]);
     this.held.length = 0;
   }
+}
+
+/**
+ * The response's headers as the gate takes them (what normalizeHeaders makes): Node's copy, whose
+ * names are lower case already, with values that are not strings (Express sets Content-Length as
+ * a number) turned into strings in place rather than copied into a second object.
+ */
+function headersOf(res: ServerResponse): Headers {
+  const headers = res.getHeaders();
+  for (const name in headers) {
+    const value = headers[name];
+    if (typeof value !== 'string') headers[name] = Array.isArray(value) ? value.map(String) : String(value);
+  }
+  return headers as Headers;
 }
 
 function isEventStream(res: ServerResponse): boolean {

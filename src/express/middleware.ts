@@ -46,6 +46,7 @@ export function factsOf(req: Request): RequestFacts {
 /** Sends a replay or a problem as it was stored: setHeader, not res.set, which would add a charset. */
 export function send(res: Response, response: HttpResponse): void {
   res.statusCode = response.status;
-  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+  const { headers } = response;
+  for (const name in headers) res.setHeader(name, headers[name] as string | string[]);
   res.end(response.body);
 }

@@ -17,15 +17,17 @@ export function idempotency(options: IdempotencyOptions<Context>): Middleware {
   const gate = new IdempotencyGate<Context>(options);
   return async function idempotencyKey(ctx, next) {
     if (!gate.covers(ctx.method)) return next();
-    const headers = idHeaders((name) => ctx.get(name) || undefined);
-    const declared = ctx.get('content-length');
+    // Node's request headers read directly, as ctx.get does (an empty one is none) without its delegates.
+    const sent = ctx.req.headers;
+    const headers = idHeaders((name) => (sent[name] as string | undefined) || undefined);
+    const declared = sent['content-length'] || '';
     if (declared !== '' && Number(declared) > gate.maxBodyBytes) return answer(ctx, gate.tooLarge(headers));
     const request = ctx.request as typeof ctx.request & { body?: unknown; rawBody?: string };
     let bodyBytes = declared === '' ? undefined : Number(declared);
     if (request.body === undefined) {
       const bytes = await readNodeBody(ctx.req, gate.maxBodyBytes);
       if (bytes === undefined) return answer(ctx, gate.tooLarge(headers));
-      const parsed = parseBody(bytes, ctx.get('content-type'));
+      const parsed = parseBody(bytes, sent['content-type']);
       if (parsed === 'invalid') return answer(ctx, invalidBody());
       request.body = parsed.body;
       request.rawBody = parsed.text;
@@ -35,7 +37,7 @@ export function idempotency(options: IdempotencyOptions<Context>): Middleware {
       method: ctx.method,
       route: typeof ctx._matchedRoute === 'string' ? ctx._matchedRoute : ctx.path,
       target: ctx.originalUrl,
-      header: ctx.req.headers['idempotency-key'],
+      header: sent['idempotency-key'],
       body: request.body,
       bodyBytes,
       headers,
@@ -56,10 +58,11 @@ export function idempotency(options: IdempotencyOptions<Context>): Middleware {
       headers: normalizeHeaders(ctx.response.headers),
       body: captured ?? EMPTY,
     };
-    const sent = await start.run.finish(response, captured !== undefined);
+    const answered = await start.run.finish(response, captured !== undefined);
     // The stored bytes are what goes out, so the first answer and its replays are the same bytes.
-    if (captured !== undefined && ctx.body !== null && ctx.body !== undefined) ctx.body = Buffer.from(captured);
-    for (const [name, value] of Object.entries(sent.headers)) if (!ctx.response.get(name)) ctx.set(name, value);
+    if (captured !== undefined && ctx.body !== null && ctx.body !== undefined) ctx.body = asBuffer(captured);
+    const added = answered.headers;
+    for (const name in added) if (!ctx.response.get(name)) ctx.set(name, added[name] as string | string[]);
   };
 }
 
@@ -93,8 +96,14 @@ function isStream(body: object): boolean {
 /** Answers a replay or a problem as it was stored. */
 function answer(ctx: Context, response: HttpResponse): void {
   ctx.status = response.status;
-  for (const [name, value] of Object.entries(response.headers)) ctx.set(name, value);
-  ctx.body = response.status === 204 || response.status === 304 ? null : Buffer.from(response.body);
+  const { headers } = response;
+  for (const name in headers) ctx.set(name, headers[name] as string | string[]);
+  ctx.body = response.status === 204 || response.status === 304 ? null : asBuffer(response.body);
+}
+
+/** The bytes as a Buffer, which Koa sends as they are (any other object it sends as JSON): a view, not a copy. */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 /**
