@@ -57,6 +57,53 @@ export async function measure(
   return timing;
 }
 
+/**
+ * Open loop: starts `op` at `rate` per second for `maxMs`, whatever the answers (at most
+ * `concurrency` under way), so operations arrive spread out as requests do rather than in the
+ * lockstep of `measure`'s workers, which all finish in one batch and start the next together.
+ * Keys as in `measure`; waits for the last to finish.
+ */
+export async function paced(
+  op: Operation,
+  rate: number,
+  budget: Omit<Budget, 'n'>,
+  from: number,
+  cycle?: number,
+): Promise<Timing> {
+  const cpuBefore = process.cpuUsage();
+  const running = new Set<Promise<void>>();
+  let started = 0;
+  let done = 0;
+  const start = performance.now();
+  await new Promise<void>((resolve, reject) => {
+    const timer = setInterval(() => {
+      const elapsed = performance.now() - start;
+      if (elapsed >= budget.maxMs) {
+        clearInterval(timer);
+        resolve();
+        return;
+      }
+      const due = Math.floor((elapsed * rate) / 1000);
+      while (started < due && running.size < budget.concurrency) {
+        const i = started++;
+        const run = op(from + (cycle ? i % cycle : i)).then(() => {
+          done++;
+          running.delete(run);
+        });
+        run.catch((error: unknown) => {
+          clearInterval(timer);
+          reject(error);
+        });
+        running.add(run);
+      }
+    }, 1);
+  });
+  await Promise.all(running);
+  const ms = performance.now() - start;
+  const cpu = process.cpuUsage(cpuBefore);
+  return { ops: done, ms, opsPerSec: (done * 1000) / ms, cpuUs: (cpu.user + cpu.system) / done };
+}
+
 /** Runs `count` operations untimed, so JIT, prepared statements and connection pools are warm. */
 export async function warmUp(op: Operation, count: number, concurrency: number, from: number): Promise<void> {
   await measure(op, { n: count, maxMs: Number.POSITIVE_INFINITY, concurrency }, from);

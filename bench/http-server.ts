@@ -13,34 +13,32 @@
  *
  * Protocol (IPC): sends { ready, ports } once listening (bare, guarded, cached; or bare, oncely and
  * each peer's name); answers
- * { engine: { warmup, maxMs, concurrency, replay? } } with { engine: Timing, cpu } (replay: the engine's
- * keys answered so far, run again), { cpu } with the CPU
- * time this process has used (user + system, µs), { busy } with the engine time of the middleware's
- * runs so far (ms, summed over runs); { close } closes and exits.
+ * { engine: { warmup, maxMs, concurrency, replay?, rate? } } with { engine: Timing, cpu } (replay: the
+ * engine's keys answered so far, run again; rate: started at that rate, at most `concurrency` under
+ * way, instead of `concurrency` workers back to back), { cpu } with the CPU time this process has
+ * used (user + system, µs); { close } closes and exits.
  */
 
 import type { RecordStore } from 'oncely';
-import { createOncely, type DecisionEvent, type Oncely } from 'oncely';
+import { createOncely, type Oncely } from 'oncely';
 import { postgresStore } from 'oncely/postgres';
 import { redisStore } from 'oncely/redis';
 import { sqliteStore } from 'oncely/sqlite';
 import { encodeResponse } from '../dist/http/response.js';
-import { measure, type Timing, warmUp } from './harness.js';
+import { measure, paced, type Timing, warmUp } from './harness.js';
 import { FRAMEWORKS, type Framework, HTTP_TENANT, type RunningApp, startApp } from './http-apps.js';
 import { PEERS, startPeer } from './http-peers.js';
 
 /** Messages from bench/http.ts. */
 export type ServerCommand =
-  | { engine: { warmup: number; maxMs: number; concurrency: number; replay?: boolean } }
+  | { engine: { warmup: number; maxMs: number; concurrency: number; replay?: boolean; rate?: number } }
   | { cpu: true }
-  | { busy: true }
   | { close: true };
 /** Messages to bench/http.ts. */
 export type ServerReply =
   | { ready: true; ports: Record<string, number> }
   | { engine: Timing; cpu: number }
   | { cpu: number }
-  | { busy: number }
   | { error: string };
 
 /** CPU time used by this process so far, user and system, in µs. */
@@ -91,15 +89,7 @@ async function main(): Promise<void> {
   if (!(peers || FRAMEWORKS.includes(framework as Framework)) || !kind || !where)
     throw new Error('usage: http-server.ts <framework|peers> <sqlite|postgres|redis> <file|schema|prefix> [url]');
   if (peers && kind !== 'redis') throw new Error('the peers run on redis only');
-  // The engine time of the middleware's runs so far (ms, summed over runs): its growth over an HTTP
-  // run divided by that run's length is how many engine runs were under way at once, on average,
-  // the concurrency the engine alone is then measured at. The hook costs the engine loop what it
-  // costs the middleware's runs, so it cancels out of the own-CPU figures.
-  let busyMs = 0;
-  const onDecision = (decision: DecisionEvent) => {
-    if (decision.surface === 'http') busyMs += decision.durationMs ?? 0;
-  };
-  const once = await createOncely({ store: openStore(kind, where, url), onDecision });
+  const once = await createOncely({ store: openStore(kind, where, url) });
   // The same records through an engine with a replay cache large enough for every key of the run.
   const cachedOnce = await createOncely({ store: openStore(kind, where, url), replayCache: REPLAY_CACHE });
   const names = peers ? ['bare', 'oncely', ...PEERS] : ['bare', 'guarded', 'cached'];
@@ -132,25 +122,22 @@ async function main(): Promise<void> {
       send({ cpu: cpuNow() });
       return;
     }
-    if ('busy' in command) {
-      send({ busy: busyMs });
-      return;
-    }
     if (!('engine' in command)) return;
-    const { warmup, maxMs, concurrency, replay = false } = command.engine;
+    const { warmup, maxMs, concurrency, replay = false, rate } = command.engine;
+    const budget = { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency };
     (async () => {
       if (replay) {
         // Replays cycle through every engine key answered so far, as the HTTP replays do through theirs.
         if (cursor === 0) throw new Error('engine replays need a first run');
         const cpu = cpuNow();
-        const timing = await measure(again, { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency }, 0, cursor);
+        const timing = rate ? await paced(again, rate, budget, 0, cursor) : await measure(again, budget, 0, cursor);
         send({ engine: timing, cpu: cpuNow() - cpu });
         return;
       }
       await warmUp(first, warmup, concurrency, cursor);
       cursor += warmup;
       const cpu = cpuNow();
-      const timing = await measure(first, { n: Number.MAX_SAFE_INTEGER, maxMs, concurrency }, cursor);
+      const timing = rate ? await paced(first, rate, budget, cursor) : await measure(first, budget, cursor);
       cursor += timing.ops;
       send({ engine: timing, cpu: cpuNow() - cpu });
     })().catch((error: unknown) => send({ error: String(error) }));

@@ -65,12 +65,13 @@ export interface HttpResult {
   /** The engine loop at CONNECTIONS at a time: its throughput makes the ceiling. */
   engine: EngineTiming;
   /**
-   * The engine loop on new keys at as many runs at once as the middleware had under way, on
-   * average, in the unique run kept: what the store costs at that batching, subtracted for own CPU
-   * (at 32 at a time SQLite shares each commit among more writes than HTTP traffic lets it).
+   * The engine on new keys started at the rate of the unique run kept: what the store costs when
+   * operations arrive as those requests did, subtracted for own CPU. A closed loop's workers finish
+   * in one batch and start the next together, so the store shares each commit or round trip among
+   * more writes than HTTP traffic lets it.
    */
   engineMatched: EngineTiming;
-  /** The engine's replays of its own keys the same way, matched to the replay run kept. */
+  /** The engine's replays of its own keys the same way, at the rate of the replay run kept. */
   engineReplay: EngineTiming;
   /** Responses checked, in every run of this server. */
   checked: number;
@@ -92,8 +93,8 @@ export interface PeerResult {
   failures: string[];
 }
 
-/** The engine loop's timing, with the server's CPU per op (user + system, µs) and how many ran at once. */
-export type EngineTiming = Timing & { serverCpu: number; concurrency: number };
+/** The engine loop's timing, with the server's CPU per op (user + system, µs) and the rate it was started at, if paced. */
+export type EngineTiming = Timing & { serverCpu: number; rate: number | undefined };
 
 /** A running http-server.ts child and a way to ask it things. */
 class Server {
@@ -121,20 +122,14 @@ class Server {
   }
 
   /**
-   * The engine's own once.run in the server, `concurrency` at a time: new keys, or (`replay`) the
-   * engine keys it answered before.
+   * The engine's own once.run in the server, CONNECTIONS at a time: new keys, or (`replay`) the
+   * engine keys it answered before; with `rate`, started at that rate instead (at most CONNECTIONS
+   * under way), as the HTTP run's requests arrived.
    */
-  async engine(warmup: number, maxMs: number, replay = false, concurrency = CONNECTIONS): Promise<EngineTiming> {
-    const got = await this.ask({ engine: { warmup, maxMs, concurrency, replay } });
+  async engine(warmup: number, maxMs: number, replay = false, rate?: number): Promise<EngineTiming> {
+    const got = await this.ask({ engine: { warmup, maxMs, concurrency: CONNECTIONS, replay, rate } });
     if (!('engine' in got)) throw new Error(`engine run failed: ${JSON.stringify(got)}`);
-    return { ...got.engine, serverCpu: got.cpu / got.engine.ops, concurrency };
-  }
-
-  /** The engine time of the middleware's runs so far (ms, summed over runs). */
-  async busy(): Promise<number> {
-    const got = await this.ask({ busy: true });
-    if (!('busy' in got)) throw new Error(`busy query failed: ${JSON.stringify(got)}`);
-    return got.busy;
+    return { ...got.engine, serverCpu: got.cpu / got.engine.ops, rate };
   }
 
   /** CPU time the server has used so far (µs): CPU per request does not depend on what else runs. */
@@ -215,24 +210,17 @@ async function measureOne(framework: Framework, store: string, where: string, re
     const timed: Record<Mode, LoadResult[]> = { bare: [], unique: [], replay: [] };
     const cachedRuns: LoadResult[] = [];
     const engines: EngineTiming[] = [];
-    // Each HTTP run kept with the engine loop run right after it at the concurrency it had.
+    // Each HTTP run kept with the engine run right after it, started at that run's rate.
     const matched = new Map<LoadResult, EngineTiming>();
-    // An HTTP run and how many of its engine runs were under way at once, on average (at least one).
-    const withBusy = async (mode: Mode) => {
-      const before = await server.busy();
-      const got = await run(mode, SECONDS);
-      const busy = (await server.busy()) - before;
-      return { got, concurrency: Math.max(1, Math.round(busy / got.ms)) };
-    };
     for (let round = 0; round < ROUNDS; round++) {
       timed.bare.push(await run('bare', SECONDS));
-      const unique = await withBusy('unique');
-      timed.unique.push(unique.got);
+      const unique = await run('unique', SECONDS);
+      timed.unique.push(unique);
       engines.push(await server.engine(round === 0 ? 1_000 : 1, SECONDS * 1000));
-      matched.set(unique.got, await server.engine(1, SECONDS * 1000, false, unique.concurrency));
-      const replay = await withBusy('replay');
-      timed.replay.push(replay.got);
-      matched.set(replay.got, await server.engine(0, SECONDS * 1000, true, replay.concurrency));
+      matched.set(unique, await server.engine(1, SECONDS * 1000, false, unique.reqPerSec));
+      const replay = await run('replay', SECONDS);
+      timed.replay.push(replay);
+      matched.set(replay, await server.engine(0, SECONDS * 1000, true, replay.reqPerSec));
       cachedRuns.push(await run('replay', SECONDS, cached));
     }
     const engine = engines.reduce((a, b) => (b.opsPerSec > a.opsPerSec ? b : a));
