@@ -97,8 +97,14 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
         expect(await records.get({ tenant: 'default', action: 'POST orders.refund', key: 'RF-1' })).toMatchObject({
           state: 'in_progress',
         });
-        const metrics = await (await fetch(`${running.base}/metrics`)).text();
-        expect(metrics).toContain('oncely_records_awaiting{action="POST orders.refund",state="in_progress"} 1');
+        // The gauge is set by each pass: the pass that settled ORD-9 may have listed before RF-1 was inserted.
+        const awaiting = 'oncely_records_awaiting{action="POST orders.refund",state="in_progress"} 1';
+        let metrics = await (await fetch(`${running.base}/metrics`)).text();
+        for (let i = 0; i < 100 && !metrics.includes(awaiting); i++) {
+          await sleep(50);
+          metrics = await (await fetch(`${running.base}/metrics`)).text();
+        }
+        expect(metrics).toContain(awaiting);
         expect(metrics).toMatch(
           /oncely_reconciled_total\{action="POST orders.charge",answer="value",settler="reconciler"\} 1\b/,
         );
