@@ -18,9 +18,7 @@
  * way, instead of `concurrency` workers back to back), { cpu } with the CPU time this process has
  * used (user + system, µs); { close } closes and exits.
  */
-
-import type { RecordStore } from 'oncely';
-import { createOncely, type Oncely } from 'oncely';
+import { createOncely, type Oncely, type RecordStore } from 'oncely';
 import { postgresStore } from 'oncely/postgres';
 import { redisStore } from 'oncely/redis';
 import { sqliteStore } from 'oncely/sqlite';

@@ -93,8 +93,8 @@ export interface PeerResult {
   failures: string[];
 }
 
-/** The engine loop's timing, with the server's CPU per op (user + system, µs) and the rate it was started at, if paced. */
-export type EngineTiming = Timing & { serverCpu: number; rate: number | undefined };
+/** The engine loop's timing, with the server's CPU per op (user + system, µs). */
+export type EngineTiming = Timing & { serverCpu: number };
 
 /** A running http-server.ts child and a way to ask it things. */
 class Server {
@@ -129,7 +129,7 @@ class Server {
   async engine(warmup: number, maxMs: number, replay = false, rate?: number): Promise<EngineTiming> {
     const got = await this.ask({ engine: { warmup, maxMs, concurrency: CONNECTIONS, replay, rate } });
     if (!('engine' in got)) throw new Error(`engine run failed: ${JSON.stringify(got)}`);
-    return { ...got.engine, serverCpu: got.cpu / got.engine.ops, rate };
+    return { ...got.engine, serverCpu: got.cpu / got.engine.ops };
   }
 
   /** CPU time the server has used so far (µs): CPU per request does not depend on what else runs. */

@@ -1,6 +1,6 @@
 import { OutgoingMessage, ServerResponse } from 'node:http';
 import type { Execution } from '../http/gate.js';
-import type { HttpResponse } from '../http/response.js';
+import { type HttpResponse, normalizeHeaders } from '../http/response.js';
 
 type Callback = (error?: Error | null) => void;
 type Chunk = string | Uint8Array;
@@ -227,7 +227,7 @@ class Hold {
     this.state = 'ending';
     const body = !complete ? EMPTY : held.length === 0 ? (last ?? EMPTY) : Buffer.concat(last ? [...held, last] : held);
     const status = res.statusCode;
-    const captured = { status, headers: headersOf(res), body };
+    const captured = { status, headers: normalizeHeaders(res.getHeaders()), body };
     if (complete) this.frozen = true;
     const chunkLeft = complete ? body : last;
     this.run.finish(captured, complete).then(
@@ -259,20 +259,6 @@ class Hold {
     for (const chunk of this.held) Reflect.apply(this.original.write, this.res, [chunk]);
     this.held.length = 0;
   }
-}
-
-/**
- * The response's headers as the gate takes them (what normalizeHeaders makes): Node's copy, whose
- * names are lower case already, with values that are not strings (Express sets Content-Length as
- * a number) turned into strings in place rather than copied into a second object.
- */
-function headersOf(res: ServerResponse): Headers {
-  const headers = res.getHeaders();
-  for (const name in headers) {
-    const value = headers[name];
-    if (typeof value !== 'string') headers[name] = Array.isArray(value) ? value.map(String) : String(value);
-  }
-  return headers as Headers;
 }
 
 function isEventStream(res: ServerResponse): boolean {

@@ -1,4 +1,5 @@
 import { OncelyError } from '../core/errors.js';
+import { bufferView } from '../http/response.js';
 import { readBody } from '../http/web.js';
 
 /** Largest request body the host reads unless configured otherwise: 1 MiB. */
@@ -30,5 +31,5 @@ export async function readBodyCapped(request: Request, maxBytes: number): Promis
     await request.body?.cancel().catch(() => undefined);
     return { ok: false, tooLarge: true };
   }
-  return { ok: true, body: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+  return { ok: true, body: bufferView(bytes) };
 }

@@ -22,9 +22,12 @@ export function encodeResponse(response: HttpResponse, keep: readonly string[]):
     const value = response.headers[name];
     if (value !== undefined) headers[name] = value;
   }
-  // A view of the bytes, not a copy (Buffer.from of a Uint8Array copies it).
-  const body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
-  return { status: response.status, headers, body: body.toString('base64') };
+  return { status: response.status, headers, body: bufferView(response.body).toString('base64') };
+}
+
+/** The bytes as a Buffer: a view of them, not a copy (Buffer.from of a Uint8Array copies it). */
+export function bufferView(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 /** The response a replay sends. */

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Context, Middleware } from 'koa';
 import { IdempotencyGate, type IdempotencyOptions, type RequestFacts } from '../http/gate.js';
-import { type HttpResponse, normalizeHeaders } from '../http/response.js';
+import { bufferView, type HttpResponse, normalizeHeaders } from '../http/response.js';
 import { idHeaders, invalidBody, parseBody } from '../http/web.js';
 
 /**
@@ -59,8 +59,9 @@ export function idempotency(options: IdempotencyOptions<Context>): Middleware {
       body: captured ?? EMPTY,
     };
     const answered = await start.run.finish(response, captured !== undefined);
-    // The stored bytes are what goes out, so the first answer and its replays are the same bytes.
-    if (captured !== undefined && ctx.body !== null && ctx.body !== undefined) ctx.body = asBuffer(captured);
+    // The stored bytes are what goes out, so the first answer and its replays are the same bytes. A
+    // Buffer, which Koa sends as it is (any other object it sends as JSON).
+    if (captured !== undefined && ctx.body !== null && ctx.body !== undefined) ctx.body = bufferView(captured);
     const added = answered.headers;
     for (const name in added) if (!ctx.response.get(name)) ctx.set(name, added[name] as string | string[]);
   };
@@ -98,12 +99,7 @@ function answer(ctx: Context, response: HttpResponse): void {
   ctx.status = response.status;
   const { headers } = response;
   for (const name in headers) ctx.set(name, headers[name] as string | string[]);
-  ctx.body = response.status === 204 || response.status === 304 ? null : asBuffer(response.body);
-}
-
-/** The bytes as a Buffer, which Koa sends as they are (any other object it sends as JSON): a view, not a copy. */
-function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  ctx.body = response.status === 204 || response.status === 304 ? null : bufferView(response.body);
 }
 
 /**
