@@ -13,10 +13,16 @@ const WINDOWS = ['claimed', 'before-effect', 'after-effect', 'completed'] as con
 
 describe("the shop's fulfilment flow killed at every window of its step", () => {
   const env = { ONCELY_DEMO: '1' };
-  let db = '';
-  let orders: Record<string, string> = {};
+  // One database per window: every child's host runs a flow worker, which would otherwise claim
+  // another window's flow run before that window's own child reached its crash point.
+  const shops: Record<string, { db: string; order: string }> = {};
   beforeAll(async () => {
-    ({ db, orders } = await paidOrderPerWindow('oncely-shop-flow-crash-', WINDOWS));
+    await Promise.all(
+      WINDOWS.map(async (w) => {
+        const { db, orders } = await paidOrderPerWindow(`oncely-shop-flow-crash-${w}-`, [w]);
+        shops[w] = { db, order: orders[w] };
+      }),
+    );
   }, 60_000);
 
   it("order-fulfilment/pack: the fresh host takes the flow over after its 30 s lease; one flow each, 'pack' stored once", async () => {
@@ -27,17 +33,19 @@ describe("the shop's fulfilment flow killed at every window of its step", () => 
       action: 'order-fulfilment/pack',
       // The host's flows keep the default 30 s lease: the four windows wait it out together.
       parallel: true,
-      input: (w) => ({ db, orderId: orders[w], key: `fulfil-${w}` }),
-      effects: (w) => count(db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${orders[w]}%`),
+      input: (w) => ({ db: shops[w].db, orderId: shops[w].order, key: `fulfil-${w}` }),
+      effects: (w) =>
+        count(shops[w].db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${shops[w].order}%`),
     });
     console.log(report.table);
     expect(report.cases.map((c) => [c.window, c.crashed, c.got, c.effects])).toEqual(
       WINDOWS.map((w) => [w, true, 'taken over', 1]),
     );
     for (const w of WINDOWS) {
+      const { db, order } = shops[w];
       const c = report.cases.find((x) => x.window === w);
-      expect(c?.retry.value).toBe(`packed ${orders[w]}`);
-      const flow = `%${orders[w]}%`;
+      expect(c?.retry.value).toBe(`packed ${order}`);
+      const flow = `%${order}%`;
       expect(
         count(
           db,
