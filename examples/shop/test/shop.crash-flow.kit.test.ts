@@ -15,12 +15,19 @@ describe("the shop's fulfilment flow killed at every window of its step", () => 
   const env = { ONCELY_DEMO: '1' };
   // One database per window: every child's host runs a flow worker, which would otherwise claim
   // another window's flow run before that window's own child reached its crash point.
-  const shops: Record<string, { db: string; order: string }> = {};
+  const shops = new Map<string, { db: string; order: string }>();
+  const shop = (w: string) => {
+    const s = shops.get(w);
+    if (!s) throw new Error(`no shop prepared for window ${w}`);
+    return s;
+  };
   beforeAll(async () => {
     await Promise.all(
       WINDOWS.map(async (w) => {
         const { db, orders } = await paidOrderPerWindow(`oncely-shop-flow-crash-${w}-`, [w]);
-        shops[w] = { db, order: orders[w] };
+        const order = orders[w];
+        if (!order) throw new Error(`no paid order for window ${w}`);
+        shops.set(w, { db, order });
       }),
     );
   }, 60_000);
@@ -33,16 +40,16 @@ describe("the shop's fulfilment flow killed at every window of its step", () => 
       action: 'order-fulfilment/pack',
       // The host's flows keep the default 30 s lease: the four windows wait it out together.
       parallel: true,
-      input: (w) => ({ db: shops[w].db, orderId: shops[w].order, key: `fulfil-${w}` }),
+      input: (w) => ({ db: shop(w).db, orderId: shop(w).order, key: `fulfil-${w}` }),
       effects: (w) =>
-        count(shops[w].db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${shops[w].order}%`),
+        count(shop(w).db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${shop(w).order}%`),
     });
     console.log(report.table);
     expect(report.cases.map((c) => [c.window, c.crashed, c.got, c.effects])).toEqual(
       WINDOWS.map((w) => [w, true, 'taken over', 1]),
     );
     for (const w of WINDOWS) {
-      const { db, order } = shops[w];
+      const { db, order } = shop(w);
       const c = report.cases.find((x) => x.window === w);
       expect(c?.retry.value).toBe(`packed ${order}`);
       const flow = `%${order}%`;
