@@ -83,6 +83,9 @@ describe('nestjs answers of the gate on a route with @HttpCode() and @Header()',
         res.status(422).setHeader('x-a', '2');
         return new StreamableFile(Buffer.from(csv), { type: 'text/csv' });
       }
+      clear() {
+        runs++;
+      }
     }
     const proto = RefusalsController.prototype;
     Res({ passthrough: true })(proto, 'refuse', 0);
@@ -94,6 +97,8 @@ describe('nestjs answers of the gate on a route with @HttpCode() and @Header()',
       Post('refusals'),
     ])
       decorator(proto, 'refuse', descriptor);
+    const clear = Object.getOwnPropertyDescriptor(proto, 'clear') as PropertyDescriptor;
+    for (const decorator of [Idempotent(), HttpCode(204), Post('clears')]) decorator(proto, 'clear', clear);
     Controller()(RefusalsController);
     class AppModule {}
     Module({ controllers: [RefusalsController], providers: [{ provide: IDEMPOTENCY_OPTIONS, useValue: { once } }] })(
@@ -137,6 +142,20 @@ describe('nestjs answers of the gate on a route with @HttpCode() and @Header()',
       'content-length': String(Buffer.byteLength(csv)),
     });
     expect(replay.headers['transfer-encoding']).toBeUndefined();
+    expect(logger.lines).toEqual([]);
+  });
+
+  it('replays a 204 without a body, and with nothing logged', async () => {
+    const key = `"${fresh('cleared')}"`;
+    const before = runs;
+    const clear = () =>
+      running.request({ method: 'POST', path: '/clears', headers: { 'idempotency-key': key }, body: {} });
+    const first = await clear();
+    const replay = await clear();
+    expect(runs - before).toBe(1);
+    expect(first).toMatchObject({ status: 204, body: '' });
+    expect(replay).toMatchObject({ status: 204, body: '' });
+    expect(replay.headers).toMatchObject({ 'idempotent-replayed': 'true', 'x-outer': '1' });
     expect(logger.lines).toEqual([]);
   });
 
