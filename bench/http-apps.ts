@@ -19,11 +19,13 @@ import { idempotency as fastifyIdempotency } from 'oncely/fastify';
 import { idempotent } from 'oncely/fetch';
 import { idempotency as honoIdempotency } from 'oncely/hono';
 import { idempotency as koaIdempotency } from 'oncely/koa';
-import { startNest } from './http-nest.js';
+import { startNest, startNestFloor } from './http-nest.js';
 
 /**
  * Each framework's app, bare or behind its adapter: a new adapter is one row here (and its start
- * function below); every row runs on every store and gets the middleware's own-CPU targets.
+ * function below); every row runs on every store and gets the middleware's own-CPU targets. A
+ * `floor` is the bare app behind the framework's own no-op hook where the adapter must use a hook
+ * that costs something by itself (Nest's interceptors), measured beside bare.
  */
 const APPS = {
   express: { start: startExpress, heavy: true },
@@ -31,8 +33,11 @@ const APPS = {
   hono: { start: startHono, heavy: false },
   fetch: { start: startFetch, heavy: false },
   koa: { start: startKoa, heavy: true },
-  nestjs: { start: startNest, heavy: true },
-} satisfies Record<string, { start: (once: Oncely | undefined) => Promise<RunningApp>; heavy: boolean }>;
+  nestjs: { start: startNest, heavy: true, floor: startNestFloor },
+} satisfies Record<
+  string,
+  { start: (once: Oncely | undefined) => Promise<RunningApp>; heavy: boolean; floor?: () => Promise<RunningApp> }
+>;
 
 export type Framework = keyof typeof APPS;
 export const FRAMEWORKS = Object.keys(APPS) as Framework[];
@@ -63,6 +68,12 @@ export function counter() {
     calls.set(name, n);
     return n;
   };
+}
+
+/** Starts `framework`'s floor app; undefined for a framework without one. */
+export async function startFloor(framework: Framework): Promise<RunningApp | undefined> {
+  const app = APPS[framework];
+  return 'floor' in app ? app.floor() : undefined;
 }
 
 /** Builds and starts `framework`'s orders app; with `once`, behind the middleware. */

@@ -1,11 +1,13 @@
 /**
  * The NestJS row of the HTTP bench (bench/http-apps.ts's table): the `POST /orders` controller of
  * examples/nestjs.ts on the Express platform, bare or with `@Idempotent()` and the options
- * provider, as the example configures them. Decorators are applied as calls, as there.
+ * provider, as the example configures them; and the floor: the bare route behind an interceptor
+ * that only calls `next.handle()`, what Nest's interceptor plumbing costs any interceptor.
+ * Decorators are applied as calls, as there.
  */
 import 'reflect-metadata';
 import type { AddressInfo } from 'node:net';
-import { Controller, HttpCode, Module, Post, Req, Res } from '@nestjs/common';
+import { type CallHandler, Controller, HttpCode, Module, Post, Req, Res, UseInterceptors } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Request, Response } from 'express';
@@ -19,7 +21,17 @@ function decorate(target: object, name: string, method: MethodDecorator[], param
   for (const d of [...method].reverse()) d(target, name, descriptor as PropertyDescriptor);
 }
 
-export async function startNest(once: Oncely | undefined): Promise<RunningApp> {
+/** Does nothing but hand the request on: the floor any Nest interceptor starts from. */
+class PassInterceptor {
+  intercept(_context: unknown, next: CallHandler) {
+    return next.handle();
+  }
+}
+
+/** The floor: the bare route behind PassInterceptor. */
+export const startNestFloor = (): Promise<RunningApp> => startNest(undefined, true);
+
+export async function startNest(once: Oncely | undefined, floor = false): Promise<RunningApp> {
   const count = counter();
   let orders = 0;
   class OrdersController {
@@ -30,7 +42,7 @@ export async function startNest(once: Oncely | undefined): Promise<RunningApp> {
       return { orderId, item, amount, n: count(`${String(req.route.path)} ${req.get('idempotency-key') ?? ''}`) };
     }
   }
-  const guards = once ? [Idempotent()] : [];
+  const guards = once ? [Idempotent()] : floor ? [UseInterceptors(PassInterceptor)] : [];
   decorate(
     OrdersController.prototype,
     'create',

@@ -131,6 +131,7 @@ export function httpReport({ results, peers, stolen }: HttpRun): HttpReport {
       : [
           `CPU time stolen by the hypervisor during these runs: ${(stolen * 100).toFixed(0)}% of the machine's (/proc/stat).`,
         ]),
+    ...floorLines(results),
     ...(peers ? peerLines(peers, checks, failures) : []),
   ];
   if (peers) checked += peers.checked;
@@ -141,6 +142,36 @@ export function httpReport({ results, peers, stolen }: HttpRun): HttpReport {
       : `CORRECTNESS FAILED: ${failures.join(' | ')}`,
   );
   return { lines, checks, failures };
+}
+
+/**
+ * Where a framework has a floor (Nest: the bare route behind a no-op interceptor), what that hook
+ * costs by itself and the own CPU taken over it instead of over bare. Printed, not checked.
+ */
+function floorLines(results: HttpRun['results']): string[] {
+  const rows = results.flatMap((r) => {
+    if (!r.floor) return [];
+    const floor = r.floor.serverCpu ?? Number.NaN;
+    return [
+      [
+        r.framework,
+        r.store,
+        us(floor),
+        us(floor - (r.bare.serverCpu ?? Number.NaN)),
+        us((r.unique.serverCpu ?? Number.NaN) - floor - r.engineMatched.serverCpu),
+        us((r.replay.serverCpu ?? Number.NaN) - floor - r.engineReplay.serverCpu),
+      ],
+    ];
+  });
+  if (rows.length === 0) return [];
+  const header = ['framework', 'store', 'floor', 'floor − bare', 'own, new key, over the floor', 'own, replay'];
+  return [
+    '',
+    'Floor: the bare route behind a no-op interceptor (next.handle() only), what Nest charges any interceptor;',
+    'own CPU as above with the floor in place of bare (µs per response, not checked):',
+    '',
+    markdownTable(header, rows),
+  ];
 }
 
 /** The peers' table and oncely's checks against them and against bare Express. */

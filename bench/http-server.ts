@@ -11,8 +11,8 @@
  * With `peers` for the framework (Redis only), it serves bare Express, the oncely Express app and
  * the peers of bench/http-peers.ts, on the same Redis, instead.
  *
- * Protocol (IPC): sends { ready, ports } once listening (bare, guarded, cached; or bare, oncely and
- * each peer's name); answers
+ * Protocol (IPC): sends { ready, ports } once listening (bare, guarded, cached, and floor where the
+ * framework has one, see bench/http-apps.ts; or bare, oncely and each peer's name); answers
  * { engine: { warmup, maxMs, concurrency, replay?, rate? } } with { engine: Timing, cpu } (replay: the
  * engine's keys answered so far, run again; rate: started at that rate, at most `concurrency` under
  * way, instead of `concurrency` workers back to back), { cpu } with the CPU time this process has
@@ -24,7 +24,7 @@ import { redisStore } from 'oncely/redis';
 import { sqliteStore } from 'oncely/sqlite';
 import { encodeResponse } from '../dist/http/response.js';
 import { measure, paced, type Timing, warmUp } from './harness.js';
-import { FRAMEWORKS, type Framework, HTTP_TENANT, type RunningApp, startApp } from './http-apps.js';
+import { FRAMEWORKS, type Framework, HTTP_TENANT, type RunningApp, startApp, startFloor } from './http-apps.js';
 import { PEERS, startPeer } from './http-peers.js';
 
 /** Messages from bench/http.ts. */
@@ -90,7 +90,7 @@ async function main(): Promise<void> {
   const once = await createOncely({ store: openStore(kind, where, url) });
   // The same records through an engine with a replay cache large enough for every key of the run.
   const cachedOnce = await createOncely({ store: openStore(kind, where, url), replayCache: REPLAY_CACHE });
-  const names = peers ? ['bare', 'oncely', ...PEERS] : ['bare', 'guarded', 'cached'];
+  const names = peers ? ['bare', 'oncely', ...PEERS] : ['bare', 'guarded', 'cached', 'floor'];
   const apps: RunningApp[] = peers
     ? [
         await startApp('express', undefined),
@@ -102,6 +102,8 @@ async function main(): Promise<void> {
         await startApp(framework as Framework, once),
         await startApp(framework as Framework, cachedOnce),
       ];
+  const floor = peers ? undefined : await startFloor(framework as Framework);
+  if (floor) apps.push(floor);
   const op = engineOp(once);
   const [first, again] = [op(false), op(true)];
   let cursor = 0;
@@ -144,7 +146,8 @@ async function main(): Promise<void> {
   process.on('disconnect', () => process.exit(1));
   const ports: Record<string, number> = {};
   names.forEach((name, i) => {
-    ports[name] = apps[i]?.port ?? 0;
+    const app = apps[i];
+    if (app) ports[name] = app.port;
   });
   send({ ready: true, ports });
 }

@@ -62,6 +62,8 @@ export interface HttpResult {
   replay: LoadResult;
   /** Replays through the engine with `replayCache`: answered from memory once seen. */
   cached: LoadResult;
+  /** The bare route behind the framework's no-op hook, where it has a floor (bench/http-apps.ts). */
+  floor?: LoadResult;
   /** The engine loop at CONNECTIONS at a time: its throughput makes the ceiling. */
   engine: EngineTiming;
   /**
@@ -100,7 +102,7 @@ export type EngineTiming = Timing & { serverCpu: number };
 class Server {
   private constructor(
     private readonly child: ChildProcess,
-    /** Each app's port, by name (bare, guarded, cached; or bare, oncely and each peer). */
+    /** Each app's port, by name (bare, guarded, cached, floor if any; or bare, oncely and each peer). */
     readonly ports: Record<string, number>,
   ) {}
 
@@ -205,15 +207,19 @@ async function measureOne(framework: Framework, store: string, where: string, re
     const [bare, guarded, cached] = [server.port('bare'), server.port('guarded'), server.port('cached')];
     const run = (mode: Mode, seconds: number, port = mode === 'bare' ? bare : guarded) =>
       load(port, mode, seconds, mode === 'bare' ? scratch : book);
+    const floor = server.ports.floor;
     for (const mode of ['bare', 'unique', 'replay'] as const) await run(mode, WARMUP_SECONDS);
     await run('replay', WARMUP_SECONDS, cached);
+    if (floor) await run('bare', WARMUP_SECONDS, floor);
     const timed: Record<Mode, LoadResult[]> = { bare: [], unique: [], replay: [] };
     const cachedRuns: LoadResult[] = [];
+    const floorRuns: LoadResult[] = [];
     const engines: EngineTiming[] = [];
     // Each HTTP run kept with the engine run right after it, started at that run's rate.
     const matched = new Map<LoadResult, EngineTiming>();
     for (let round = 0; round < ROUNDS; round++) {
       timed.bare.push(await run('bare', SECONDS));
+      if (floor) floorRuns.push(await run('bare', SECONDS, floor));
       const unique = await run('unique', SECONDS);
       timed.unique.push(unique);
       engines.push(await server.engine(round === 0 ? 1_000 : 1, SECONDS * 1000));
@@ -235,6 +241,7 @@ async function measureOne(framework: Framework, store: string, where: string, re
       unique,
       replay,
       cached: fastest(cachedRuns),
+      floor: floor ? fastest(floorRuns) : undefined,
       engine,
       engineMatched: pairOf(unique),
       engineReplay: pairOf(replay),
