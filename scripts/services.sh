@@ -49,10 +49,17 @@ fi
 wait_for MariaDB "mariadb -h 127.0.0.1 -P 3306 -u root -e 'select 1'"
 mariadb -h 127.0.0.1 -P 3306 -u root -e 'create database if not exists test'
 
-# The dashboard's end-to-end tests drive Debian's Chromium (playwright-core never downloads a browser here).
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "services: installing Chromium"
+# Debian packages the tests use: Chromium for the dashboard's end-to-end tests (playwright-core never
+# downloads a browser here), stress-ng for `npm run test:stress`'s CPU hogs.
+install() { # command, package
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "services: installing $2"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
-fi
+  apt-get install -y -q "$2" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "$2" >/dev/null; }
+}
+install chromium chromium
+install stress-ng stress-ng
 chromium --version
+
+# Other applications' data beside oncely's, as in a real deployment (see the script).
+bash "$(dirname "$0")/lived-in.sh"
