@@ -9,18 +9,19 @@ import type { HostConfig } from '../../src/host/config.js';
 import { createHost, type Host, type HostOptions } from '../../src/host/host.js';
 import { recordStoreFor } from '../../src/host/records.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from './postgres.js';
+import { selectStores } from './store-filter.js';
 
-/** The two databases every host test runs on: a fresh SQLite file, a fresh PostgreSQL schema. */
+/** The databases every host test runs on, those ONCELY_STORES selects: a fresh SQLite file, a fresh PostgreSQL schema. */
 export function hostTargets(): { name: 'sqlite' | 'postgres'; target: () => string; cleanup: () => Promise<void> }[] {
   const schema = freshSchema();
-  return [
+  return selectStores([
     {
       name: 'sqlite',
       target: () => join(mkdtempSync(join(tmpdir(), 'oncely-host-')), 'app.db'),
       cleanup: async () => {},
     },
     { name: 'postgres', target: () => `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) },
-  ];
+  ] as const);
 }
 
 /** An app built in the test, not loaded from a folder: handlers, consumers and config as objects. */

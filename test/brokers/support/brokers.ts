@@ -19,6 +19,7 @@ import { EventQueue } from '../../../src/host/events.js';
 import { outboxMigrations } from '../../../src/host/outbox-sql.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../../support/postgres.js';
 import { REDIS_URL } from '../../support/redis.js';
+import { selectStores } from '../../support/store-filter.js';
 
 export const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 export { REDIS_URL };
@@ -29,16 +30,25 @@ export interface TestDb {
   dispose(): Promise<void>;
 }
 
-export const DIALECTS = {
-  sqlite: async (): Promise<TestDb> => ({
-    url: join(mkdtempSync(join(tmpdir(), 'oncely-brokers-')), 'app.db'),
-    dispose: async () => {},
-  }),
-  postgres: async (): Promise<TestDb> => {
-    const schema = freshSchema();
-    return { url: `${POSTGRES_URL}?schema=${schema}`, dispose: () => dropSchema(schema) };
-  },
-} as const;
+/** The databases the broker suites run on, those ONCELY_STORES selects. */
+export const DIALECTS: Record<string, () => Promise<TestDb>> = Object.fromEntries(
+  selectStores([
+    {
+      name: 'sqlite' as const,
+      make: async (): Promise<TestDb> => ({
+        url: join(mkdtempSync(join(tmpdir(), 'oncely-brokers-')), 'app.db'),
+        dispose: async () => {},
+      }),
+    },
+    {
+      name: 'postgres' as const,
+      make: async (): Promise<TestDb> => {
+        const schema = freshSchema();
+        return { url: `${POSTGRES_URL}?schema=${schema}`, dispose: () => dropSchema(schema) };
+      },
+    },
+  ]).map(({ name, make }) => [name, make]),
+);
 
 /** The event queue and outbox tables on a database; consumers none (events are stored as no_consumer). */
 export async function openQueue(url: string): Promise<{ db: Db; events: EventQueue }> {

@@ -13,6 +13,7 @@ import { dropDatabase, freshDatabase, MYSQL_URL } from '../../support/mysql.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../../support/redis.js';
 import { startWorker } from '../../support/spawn.js';
+import { type StoreName, selectStores } from '../../support/store-filter.js';
 import { openStore, type StoreSpec } from '../../support/stores.js';
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -75,19 +76,19 @@ export async function burstOneKey(spec: StoreSpec, action: string): Promise<void
 
 /** One store: where its processes meet, and how its leftovers are dropped after the file. */
 interface ProcessStore {
-  name: string;
+  name: StoreName;
   spec: () => StoreSpec;
   cleanup?: () => Promise<void>;
   /** A clock of its own (PostgreSQL, Redis, MySQL): SQLite is one host, one clock. */
   ownClock: boolean;
 }
 
-/** The four stores, each fresh for the test file that calls this. */
+/** The four stores (those ONCELY_STORES selects), each fresh for the test file that calls this. */
 function processStores(): ProcessStore[] {
   const schema = freshSchema();
   const prefix = freshPrefix();
   const database = freshDatabase();
-  return [
+  return selectStores<ProcessStore>([
     {
       name: 'sqlite',
       spec: () => ({ kind: 'sqlite', path: join(mkdtempSync(join(tmpdir(), 'oncely-proc-')), 'shared.db') }),
@@ -116,7 +117,7 @@ function processStores(): ProcessStore[] {
       cleanup: () => dropDatabase(database),
       ownClock: true,
     },
-  ];
+  ]);
 }
 
 /** What a store's describe gives its tests: the store's spec and an engine on it (tenant acme), set before the tests. */
