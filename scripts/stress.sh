@@ -39,7 +39,7 @@ for i in $(seq 1 "$runs"); do
   counts=$(sed -E 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^ +Tests +[0-9]' | sed -E 's/^ +Tests +//')
   echo "run $i/$runs: $verdict in $((SECONDS - started)) s (tests: ${counts:-none reported})"
   if [ "$verdict" = FAILED ]; then
-    sed -E 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^ +(×|FAIL) ' | sort -u | sed 's/^/  /'
+    sed -E 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^ FAIL ' | sort -u | sed 's/^ /  /'
     echo "  log: $log"
   fi
 done
