@@ -2,11 +2,14 @@
  * review3.1 from outside: a real `oncely serve` (the built CLI: `npm run build` first) with no
  * ONCELY_ADMIN_TOKEN, on SQLite and PostgreSQL. What a page of another site can send (a form, JSON
  * with its Origin, Sec-Fetch-Site) and the curl line without a body are refused, and the failed
- * flow and the pending approval are unchanged in the database; the README's curl lines (JSON `{}`)
- * retry and approve.
+ * flow and the pending approval are unchanged in the database; so are they after Chromium opened
+ * pages of another site and of another port of this one that post a form and fetch; the README's
+ * curl lines (JSON `{}`) retry and approve.
  */
 import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -19,6 +22,7 @@ import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
 import { defineFlow } from '../../src/flows/define.js';
 import { createFlows } from '../../src/flows/flows.js';
+import { launch } from '../dashboard/browser.js';
 import { hostTargets, sleep } from '../support/host-app.js';
 
 const curl = promisify(execFile);
@@ -37,6 +41,28 @@ export default defineFlow('pay', { seed: ['id'] }, async (run) =>
 );\n`,
   );
   return dir;
+}
+
+/**
+ * A page of another site, as a developer might open while the host runs: it posts a form with no
+ * fields (an empty body, which the admin API took as `{}` before review3.1) to `form`, posts to
+ * `opaque` without a body nor CORS, and fetches `json` with JSON, which needs a CORS preflight
+ * first. Its title says when all three have settled.
+ */
+function attackPage(targets: { form: string; opaque: string; json: string }): string {
+  return `<!doctype html><title>waiting</title>
+<form id="f" method="POST" action="${targets.form}" target="sink"></form>
+<iframe name="sink" id="sink"></iframe>
+<script>
+const done = [];
+const settle = (what) => { done.push(what); if (done.length === 3) document.title = 'settled: ' + done.sort().join(', '); };
+document.getElementById('sink').addEventListener('load', () => settle('form'), { once: true });
+document.getElementById('f').submit();
+fetch(${JSON.stringify(targets.opaque)}, { method: 'POST', mode: 'no-cors' })
+  .then(() => settle('opaque'), () => settle('opaque'));
+fetch(${JSON.stringify(targets.json)}, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+  .then(() => settle('json answered'), () => settle('json blocked'));
+</script>`;
 }
 
 /** Polls `read` until `ok` holds for its value; fails after `ms` naming what it saw last. */
@@ -150,6 +176,47 @@ describe.each(hostTargets())('review3.1: oncely serve without a token on $name',
     for (const [path, args, status, code] of refused) {
       const res = await call(path, args);
       expect([res.status, res.json.error?.code], `${path} ${args.join(' ')}`).toEqual([status, code]);
+    }
+    expect(await held()).toEqual(before);
+  });
+
+  it('refuses what Chromium sends from pages of another site and of another port of this host', async () => {
+    const before = await held();
+    const admin = `${serve.url}/v1/admin`;
+    const targets = {
+      form: `${admin}/approvals/ap-1/approve`,
+      opaque: `${admin}/flows/${workflowId}/retry`,
+      json: `${admin}/approvals/ap-1/reject`,
+    };
+    const evil: Server = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' }).end(attackPage(targets));
+    });
+    await new Promise<void>((resolve) => evil.listen(0, '127.0.0.1', resolve));
+    const port = (evil.address() as AddressInfo).port;
+    const browser = await launch();
+    try {
+      // 127.0.0.1 is another site than localhost; localhost on another port is the same site, another host.
+      for (const origin of [`http://127.0.0.1:${port}`, `http://localhost:${port}`]) {
+        const page = await browser.newPage();
+        const seen: string[] = [];
+        page.on('response', (r) => {
+          if (r.url().startsWith(admin))
+            seen.push(`${r.request().method()} ${r.url().slice(admin.length)} ${r.status()}`);
+        });
+        await page.goto(`${origin}/`);
+        await page.waitForFunction(() => document.title.startsWith('settled'), undefined, { timeout: 20_000 });
+        // The form and the opaque fetch reached the host and were answered 403. The JSON fetch needs a
+        // preflight (Chromium sends it itself, unseen by the page's events); answered without CORS
+        // headers, the browser never sent its POST.
+        expect(await page.title(), origin).toBe('settled: form, json blocked, opaque');
+        expect(seen.sort(), origin).toEqual(
+          ['POST /approvals/ap-1/approve 403', `POST /flows/${workflowId}/retry 403`].sort(),
+        );
+        await page.close();
+      }
+    } finally {
+      await browser.close();
+      await new Promise((resolve) => evil.close(resolve));
     }
     expect(await held()).toEqual(before);
   });
