@@ -139,8 +139,9 @@ export function adminRoutes(deps: AdminDeps): Hono {
         error: { code: 'ADMIN_FORBIDDEN', message: 'with no ONCELY_ADMIN_TOKEN set, call the admin API as localhost' },
       });
     }
-    // A browser carries a loopback client's address and the token's absence alike into a page of
-    // another site's request: what it says of the page's site is refused before the body is read.
+    // A page of another site, open in a browser on this machine, sends from loopback: the address
+    // check lets it in. What the browser says of that page's site is refused here, token or not,
+    // before the body is read.
     const foreign = crossSite(c.req.method, c.req.raw.headers);
     if (foreign) {
       count(action, 'denied');
