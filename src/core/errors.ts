@@ -142,6 +142,15 @@ export const ERRORS = {
     status: 403,
     meaning: 'an admin request from off this machine while no `ONCELY_ADMIN_TOKEN` is set',
   },
+  ADMIN_CROSS_SITE: {
+    status: 403,
+    meaning:
+      'an admin change sent by a page of another site: its `Origin` is not this host, or its `Sec-Fetch-Site` is `cross-site` or `same-site` (refused unread)',
+  },
+  ADMIN_JSON_REQUIRED: {
+    status: 415,
+    meaning: 'an admin change whose body is not sent as `Content-Type: application/json` (`{}` where it has no fields)',
+  },
   NOT_REPLAYABLE: { status: 409, meaning: 'a replay of an event that is not dead-lettered' },
   // The client (oncely/client)
   RETRIES_EXHAUSTED: {

@@ -99,6 +99,42 @@ export function checkAccess(
   return { ok: true, identity: { who, operator: operator.trim() } };
 }
 
+/** Methods that change nothing: any page may send them, and reads none of the answers (no CORS headers). */
+const SAFE_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * Why a request that may change something was sent by a page of another site, or undefined when it
+ * was not. Browsers say where a request comes from: `Sec-Fetch-Site` (`same-site` is another port
+ * or subdomain of the same site, still not this host) and `Origin`, sent with every POST, which must
+ * then be this host's own, the one the `Host` header names (scheme and default port aside: a proxy
+ * that ends TLS passes http on). Clients that are not browsers (curl, scripts) send neither.
+ * Read from the headers alone, before any of the body.
+ */
+export function crossSite(method: string, headers: Headers): string | undefined {
+  if (SAFE_METHODS.has(method)) return undefined;
+  const site = headers.get('sec-fetch-site');
+  if (site === 'cross-site' || site === 'same-site') return `Sec-Fetch-Site is ${site}`;
+  const origin = headers.get('origin');
+  if (origin !== null && !sameHost(origin, headers.get('host')))
+    return `Origin ${origin.slice(0, 200)} is not this host (${headers.get('host') ?? 'no Host'})`;
+  return undefined;
+}
+
+/** Whether an Origin names the host a Host header names: `http://localhost:3000` and `localhost:3000`. */
+function sameHost(origin: string, host: string | null): boolean {
+  let url: URL;
+  try {
+    url = new URL(origin);
+  } catch {
+    // `null` (a sandboxed frame, a file page) and anything else unreadable is no host of ours.
+    return false;
+  }
+  if (!host || (url.protocol !== 'http:' && url.protocol !== 'https:')) return false;
+  const given = host.toLowerCase();
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80');
+  return given === url.host || given === `${url.hostname}:${port}`;
+}
+
 /** The identity as a settler's name (`settlement.by`, an approval's `decided_by`): `admin:token[:<operator>]`. */
 export function settlerName(identity: AdminIdentity): string {
   return `admin:${identity.who}${identity.operator ? `:${identity.operator}` : ''}`;

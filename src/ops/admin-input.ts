@@ -3,6 +3,7 @@
  * each once), limits, states from the known lists, names, and the JSON bodies of its changes.
  * Everything refused is a typed OncelyError of the catalogue, never a 500; and how it answers.
  */
+import { decodeCursor } from '../core/cursor.js';
 import type { Duration } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError, statusOf } from '../core/errors.js';
 import { parseRecordRef, type RecordId } from '../core/record.js';
@@ -19,6 +20,11 @@ const CURSOR_MAX = 2_000;
 export const TEXT_MAX = 1_000;
 /** Longest id accepted in a path (a workflow id, an approval id, an event id). */
 const ID_MAX = 300;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused.
+const CONTROL = /[\u0000-\u001f\u007f]/;
+// Free text may run over lines; no other control character is text.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused.
+const CONTROL_IN_TEXT = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/;
 
 /** A request's query, read by name once each; names it did not declare are INVALID_ARGUMENT. */
 export function readQuery(url: string, names: readonly string[]): Map<string, string> {
@@ -44,13 +50,23 @@ export function limitOf(query: Map<string, string>): number {
   return limit;
 }
 
-/** `cursor`: absent, or text a previous page gave (checked in depth by the listing that reads it). */
+/**
+ * `cursor`: absent, or text a previous page gave (its shape checked by the listing that reads it).
+ * A position holding a NUL was never given: no stored text holds one (PostgreSQL refuses it, which
+ * would be a database failure), while any other character may be in a stored id and so in a cursor.
+ */
 export function cursorOf(query: Map<string, string>): string | undefined {
   const cursor = query.get('cursor');
   if (cursor === undefined) return undefined;
-  if (cursor === '' || cursor.length > CURSOR_MAX || !/^[\x21-\x7e]+$/.test(cursor))
+  if (cursor === '' || cursor.length > CURSOR_MAX || !/^[\x21-\x7e]+$/.test(cursor) || holdsNul(decodeCursor(cursor)))
     throw new OncelyError('CURSOR_INVALID', 'cursor must be the cursor a previous page gave');
   return cursor;
+}
+
+function holdsNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  if (typeof value !== 'object' || value === null) return false;
+  return Object.values(value).some(holdsNul);
 }
 
 /** A parameter that must be one of `allowed`, when given. */
@@ -89,15 +105,28 @@ function checkName(value: unknown, what: string): string {
 
 /** An id from the path (a workflow or approval id): 1 to 300 characters, none of them control characters. */
 export function idOf(value: string, what: string): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused.
-  if (value.length === 0 || value.length > ID_MAX || /[\u0000-\u001f\u007f]/.test(value))
+  if (value.length === 0 || value.length > ID_MAX || CONTROL.test(value))
     throw new InvalidArgumentError(`${what} must be 1 to ${ID_MAX} characters without control characters`);
   return value;
 }
 
-/** A body as a JSON object; an empty body is `{}`. Anything else is BODY_INVALID. */
+/**
+ * A change's Content-Type must be JSON: a form another site's page posts can only be
+ * form-encoded, multipart or text/plain; a page sending JSON elsewhere must ask first (CORS
+ * preflight), which the admin API never grants.
+ */
+export function jsonTypeOf(type: string | undefined): void {
+  if (!/^application\/json\s*(;|$)/i.test(type ?? ''))
+    throw new OncelyError(
+      'ADMIN_JSON_REQUIRED',
+      `send the body as Content-Type: application/json ({} where there are no fields), not ${type ? JSON.stringify(type.slice(0, 100)) : 'none'}`,
+    );
+}
+
+/** A body as a JSON object (`{}` where there are no fields); anything else, an empty body too, is BODY_INVALID. */
 export function bodyObject(bytes: Buffer): Record<string, unknown> {
-  if (bytes.length === 0) return {};
+  if (bytes.length === 0)
+    throw new OncelyError('BODY_INVALID', 'the request body is empty: send {} where there are no fields');
   let body: unknown;
   try {
     body = JSON.parse(bytes.toString('utf8'));
@@ -118,12 +147,14 @@ export function onlyFields(body: Record<string, unknown>, allowed: readonly stri
       );
 }
 
-/** Optional free text of a body (`note`, `reason`): a string of at most TEXT_MAX characters. */
+/** Optional free text of a body (`note`, `reason`): a string of at most TEXT_MAX characters, lines but no other control characters. */
 export function textField(body: Record<string, unknown>, field: string): string | undefined {
   const value = body[field];
   if (value === undefined) return undefined;
-  if (typeof value !== 'string' || value.length > TEXT_MAX)
-    throw new InvalidArgumentError(`${field} must be text of at most ${TEXT_MAX} characters`);
+  if (typeof value !== 'string' || value.length > TEXT_MAX || CONTROL_IN_TEXT.test(value))
+    throw new InvalidArgumentError(
+      `${field} must be text of at most ${TEXT_MAX} characters, without control characters`,
+    );
   return value;
 }
 
@@ -147,8 +178,15 @@ export function resolutionOf(body: Record<string, unknown>): { resolution: Resol
     throw new InvalidArgumentError('error must be an object { message, code? }');
   const { message, code, ...rest } = error as Record<string, unknown>;
   if (Object.keys(rest).length > 0) throw new InvalidArgumentError('error takes only message and code');
-  if (typeof message !== 'string' || message.trim() === '' || message.length > TEXT_MAX)
-    throw new InvalidArgumentError(`error.message must be text of 1 to ${TEXT_MAX} characters`);
+  if (
+    typeof message !== 'string' ||
+    message.trim() === '' ||
+    message.length > TEXT_MAX ||
+    CONTROL_IN_TEXT.test(message)
+  )
+    throw new InvalidArgumentError(
+      `error.message must be text of 1 to ${TEXT_MAX} characters, without control characters`,
+    );
   if (code !== undefined && (typeof code !== 'string' || !/^[A-Z][A-Z0-9_]{0,63}$/.test(code)))
     throw new InvalidArgumentError('error.code must be an upper-case code such as CARD_DECLINED');
   return { resolution: { error: code === undefined ? { message } : { message, code } }, note };

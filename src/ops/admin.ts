@@ -17,13 +17,22 @@ import type { EventQueue } from '../host/events.js';
 import { storedResolution } from '../host/reconciler.js';
 import type { HostStats } from '../host/stats.js';
 import { AdminAudit } from './admin-audit.js';
-import { type AdminIdentity, checkAccess, hostName, isLoopback, settlerName, tokenDigest } from './admin-auth.js';
+import {
+  type AdminIdentity,
+  checkAccess,
+  crossSite,
+  hostName,
+  isLoopback,
+  settlerName,
+  tokenDigest,
+} from './admin-auth.js';
 import {
   answer,
   bodyObject,
   cursorOf,
   failureOf,
   idOf,
+  jsonTypeOf,
   limitOf,
   nameOf,
   olderThanOf,
@@ -86,7 +95,6 @@ interface Req {
   c: Context;
   identity: AdminIdentity;
   query: (names: readonly string[]) => Map<string, string>;
-  body: () => Promise<Record<string, unknown>>;
 }
 
 /** A refusal found after the change ran (its state did not allow it): answered and audited as `refused`. */
@@ -131,20 +139,25 @@ export function adminRoutes(deps: AdminDeps): Hono {
         error: { code: 'ADMIN_FORBIDDEN', message: 'with no ONCELY_ADMIN_TOKEN set, call the admin API as localhost' },
       });
     }
-    return {
-      c,
-      identity: access.identity,
-      query: (names) => readQuery(c.req.url, names),
-      body: async () => {
-        // JSON only: a form another site posts from a browser (no preflight) is refused unread.
-        const empty = !c.req.raw.body || c.req.header('content-length') === '0';
-        if (!empty && !/^application\/json\b/i.test(c.req.header('content-type') ?? ''))
-          throw new OncelyError('BODY_INVALID', 'send the body as Content-Type: application/json');
-        const read = await readBodyCapped(c.req.raw, maxBodyBytes);
-        if (!read.ok) throw new OncelyError('REQUEST_TOO_LARGE', `request body is over ${maxBodyBytes} bytes`);
-        return bodyObject(read.body);
-      },
-    };
+    // A page of another site, open in a browser on this machine, sends from loopback: the address
+    // check lets it in. What the browser says of that page's site is refused here, token or not,
+    // before the body is read.
+    const foreign = crossSite(c.req.method, c.req.raw.headers);
+    if (foreign) {
+      count(action, 'denied');
+      return answer(403, {
+        error: { code: 'ADMIN_CROSS_SITE', message: `a page of another site may not change anything: ${foreign}` },
+      });
+    }
+    return { c, identity: access.identity, query: (names) => readQuery(c.req.url, names) };
+  };
+
+  /** A change's body: JSON by its Content-Type (checked before a byte is read), a JSON object, capped. */
+  const bodyOf = async (c: Context): Promise<Record<string, unknown>> => {
+    jsonTypeOf(c.req.header('content-type'));
+    const read = await readBodyCapped(c.req.raw, maxBodyBytes);
+    if (!read.ok) throw new OncelyError('REQUEST_TOO_LARGE', `request body is over ${maxBodyBytes} bytes`);
+    return bodyObject(read.body);
   };
 
   const app = new Hono();
@@ -163,14 +176,14 @@ export function adminRoutes(deps: AdminDeps): Hono {
         return answer(failure.status, { error: failure.error });
       }
     });
-  /** A route that changes something: checked, audited before and after, counted. */
-  const change = (path: string, action: string, plan: (req: Req) => Promise<Change>) =>
+  /** A route that changes something: checked, its JSON body read, audited before and after, counted. */
+  const change = (path: string, action: string, plan: (req: Req, body: Record<string, unknown>) => Promise<Change>) =>
     app.post(path, async (c) => {
       const req = admit(c, action);
       if (req instanceof Response) return req;
       let planned: Change;
       try {
-        planned = await plan(req);
+        planned = await plan(req, await bodyOf(c));
       } catch (error) {
         const failure = failureOf(error);
         count(action, failure.status >= 500 ? 'failed' : 'refused');
@@ -241,10 +254,10 @@ export function adminRoutes(deps: AdminDeps): Hono {
     if (!record) refuse('NOT_FOUND', `no record ${recordRef(id)}`);
     return { ref: recordRef(id), ...record, result: await storedResult(db, id) };
   });
-  change('/records/:ref/resolve', 'records.resolve', async (req) => {
+  change('/records/:ref/resolve', 'records.resolve', async (req, body) => {
     req.query([]);
     const id = refOf(req.c.req.param('ref') ?? '');
-    const { resolution, note } = resolutionOf(await req.body());
+    const { resolution, note } = resolutionOf(body);
     return {
       target: recordRef(id),
       detail: { resolution, ...(note === undefined ? {} : { note }) },
@@ -273,9 +286,9 @@ export function adminRoutes(deps: AdminDeps): Hono {
     const page = await listDeadLetters(db, { source: nameOf(q, 'source'), limit: limitOf(q), cursor: cursorOf(q) });
     return { deadLetters: page.items, cursor: page.cursor };
   });
-  change('/events/dead/replay', 'events.replay', async (req) => {
+  change('/events/dead/replay', 'events.replay', async (req, body) => {
     req.query([]);
-    const target = replayOf(await req.body());
+    const target = replayOf(body);
     return {
       target: target === 'all' ? 'all' : `${target.source}/${target.id}`,
       detail: target === 'all' ? { all: true } : target,
@@ -308,10 +321,10 @@ export function adminRoutes(deps: AdminDeps): Hono {
     return withTimeline(db, flow);
   });
   const flowChange = (verb: 'retry' | 'cancel') =>
-    change(`/flows/:id/${verb}`, `flows.${verb}`, async (req) => {
+    change(`/flows/:id/${verb}`, `flows.${verb}`, async (req, body) => {
       req.query([]);
       const workflowId = idOf(req.c.req.param('id') ?? '', 'the workflow id');
-      onlyFields(await req.body(), []);
+      onlyFields(body, []);
       return {
         target: workflowId,
         detail: {},
@@ -343,10 +356,9 @@ export function adminRoutes(deps: AdminDeps): Hono {
     return { approvals: page.items, cursor: page.cursor };
   });
   const decide = (verb: 'approve' | 'reject') =>
-    change(`/approvals/:id/${verb}`, `approvals.${verb}`, async (req) => {
+    change(`/approvals/:id/${verb}`, `approvals.${verb}`, async (req, body) => {
       req.query([]);
       const id = idOf(req.c.req.param('id') ?? '', 'the approval id');
-      const body = await req.body();
       onlyFields(body, verb === 'reject' ? ['reason'] : []);
       const reason = textField(body, 'reason') ?? null;
       return {

@@ -6,10 +6,11 @@
 import { mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StormReport, storm } from '../../examples/shop/storm.js';
 import type { Db } from '../../src/db/types.js';
+import { launch } from './browser.js';
 import {
   type AgentSide,
   CHARGE_KEY,
@@ -37,23 +38,6 @@ import {
 /** Orders the shop storm makes: a few seconds of it, each order charged, paid and some refunded. */
 const STORM_ORDERS = 4;
 const SHOTS = join(process.cwd(), 'test-results', 'dashboard');
-
-/** Launches Debian's Chromium as the brief says: no sandbox (containers), nothing fetched in the background. */
-export function launch(): Promise<Browser> {
-  return chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-}
 
 export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string, cleanup: () => Promise<void>) {
   describe(`the dashboard on ${name}`, () => {

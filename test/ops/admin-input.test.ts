@@ -6,7 +6,13 @@
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrateAgentTables } from '../../src/agent/tables.js';
+import { encodeCursor } from '../../src/core/cursor.js';
 import { recordRef } from '../../src/core/record.js';
+import { openDb } from '../../src/db/index.js';
+import { migrate } from '../../src/db/migrate.js';
+import { migrateFlowTables } from '../../src/flows/tables.js';
+import { duplicatesMigrations } from '../../src/ops/duplicates.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
 
@@ -15,6 +21,7 @@ const TOKEN = randomBytes(24).toString('hex');
 type Json = any;
 
 describe.each(hostTargets())('admin input on $name', ({ target: makeTarget, cleanup }) => {
+  const target = makeTarget();
   let running: RunningHost;
   /** One admin request with the token (unless `token` says otherwise), answered as status, headers and JSON. */
   const call = async (
@@ -25,14 +32,16 @@ describe.each(hostTargets())('admin input on $name', ({ target: makeTarget, clea
     const headers: Record<string, string> = {};
     if (options.token !== null) headers.authorization = `Bearer ${options.token ?? TOKEN}`;
     if (options.operator !== undefined) headers['x-oncely-operator'] = options.operator;
-    const body = options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
+    // Every change sends a JSON body, {} where it has no fields.
+    const given = options.body ?? (method === 'POST' && options.raw === undefined ? {} : undefined);
+    const body = options.raw ?? (given === undefined ? undefined : JSON.stringify(given));
     if (body !== undefined) headers['content-type'] = options.type ?? 'application/json';
     const res = await fetch(`${running.base}/v1/admin/${path}`, { method, headers, body });
     return { status: res.status, headers: res.headers, json: (await res.json()) as Json };
   };
 
   beforeAll(async () => {
-    running = await startHost(makeTarget(), {}, { host: { adminToken: TOKEN } });
+    running = await startHost(target, {}, { host: { adminToken: TOKEN } });
   });
   afterAll(async () => {
     await running?.stop();
@@ -66,7 +75,9 @@ describe.each(hostTargets())('admin input on $name', ({ target: makeTarget, clea
       ['POST', `records/${ref}/resolve`, { body: { error: { message: '' } } }, 400, 'INVALID_ARGUMENT'],
       ['POST', `records/${ref}/resolve`, { body: { error: { message: 'x', code: 'lower' } } }, 400, 'INVALID_ARGUMENT'],
       ['POST', `records/${ref}/resolve`, { body: { value: 1, colour: 'red' } }, 400, 'INVALID_ARGUMENT'],
-      ['POST', `records/${ref}/resolve`, { body: { value: 1 }, type: 'text/plain' }, 400, 'BODY_INVALID'],
+      ['POST', `records/${ref}/resolve`, { body: { value: 1 }, type: 'text/plain' }, 415, 'ADMIN_JSON_REQUIRED'],
+      ['POST', `records/${ref}/resolve`, { raw: '' }, 400, 'BODY_INVALID'],
+      ['POST', 'flows/pay-F1/cancel', { body: {}, type: 'application/jsonp' }, 415, 'ADMIN_JSON_REQUIRED'],
       ['POST', `records/${ref}/resolve`, { body: { retry: true }, operator: 'tab\there' }, 400, 'INVALID_ARGUMENT'],
       ['POST', 'events/dead/replay', { body: { source: 'shop' } }, 400, 'INVALID_ARGUMENT'],
       ['POST', 'events/dead/replay', { body: { all: true, source: 'shop' } }, 400, 'INVALID_ARGUMENT'],
@@ -113,9 +124,89 @@ describe.each(hostTargets())('admin input on $name', ({ target: makeTarget, clea
     const [refused] = await running.rows<{ n: number | string }>(
       "SELECT COUNT(*) AS n FROM oncely_admin_actions WHERE action = 'records.resolve' AND outcome = 'refused'",
     );
-    // Nine refused bodies, one missing record, one body over the cap; a bad operator header is refused
+    // Ten refused bodies, one missing record, one body over the cap; a bad operator header is refused
     // at the door with the identity check, before a row could name who asked.
-    expect(Number(refused?.n)).toBe(11);
+    expect(Number(refused?.n)).toBe(12);
+  });
+
+  it("review3.6: a NUL or other control character in any listing's cursor or filter is a 400 of the catalogue, never a database failure", async () => {
+    // Every listed table exists, so each query would reach the database.
+    const db = await openDb(target);
+    try {
+      await migrateAgentTables(db);
+      await migrateFlowTables(db);
+      await migrate(db, duplicatesMigrations);
+    } finally {
+      await db.close();
+    }
+    const nul = '\u0000';
+    const cursor = (position: unknown[]) => `cursor=${encodeCursor(position)}`;
+    // Each listing's own cursor shape, with a NUL in a text part.
+    const cursors: [string, string][] = [
+      ['records', cursor(['default', 'charge', `K${nul}1`])],
+      ['events', cursor([1, 'shop', `evt${nul}`])],
+      ['events/dead', cursor([1, `sh${nul}op`, 'evt-1'])],
+      ['flows', cursor([1, `pay-${nul}`])],
+      ['approvals', cursor([1, `ap${nul}`])],
+      ['credits', cursor([`acct${nul}`])],
+      ['credits/reservations', cursor([1, `act${nul}`])],
+      ['duplicates', cursor(['ledger', `["O-1${nul}"]`])],
+      ['audit', cursor([`1${nul}`])],
+      ['records', 'cursor=%00'],
+      ['events', 'cursor=a%00b'],
+    ];
+    const filters = [
+      'records?action=ch%00arge',
+      'records?tenant=%00',
+      'records?tenant=acme%01',
+      'records?action=%09charge',
+      'records?state=%00',
+      'records?olderThan=1%00',
+      'records?limit=1%00',
+      'events?status=dead%00',
+      'events?source=shop%00',
+      'events/dead?source=%00',
+      'flows?status=%00failed',
+      'approvals?status=pending%00',
+      'credits/reservations?account=acct%00',
+      'duplicates?table=ledger%00',
+      'series?window=1h%00',
+      'audit?limit=%00',
+    ];
+    const wrong: string[] = [];
+    for (const [path, query] of cursors) {
+      const res = await call('GET', `${path}?${query}`);
+      if (res.status !== 400 || res.json.error?.code !== 'CURSOR_INVALID')
+        wrong.push(`${path}?${query}: ${res.status} ${JSON.stringify(res.json)}`);
+    }
+    for (const path of filters) {
+      const res = await call('GET', path);
+      if (res.status !== 400 || res.json.error?.code !== 'INVALID_ARGUMENT')
+        wrong.push(`${path}: ${res.status} ${JSON.stringify(res.json)}`);
+    }
+    // Ids in paths and the text of bodies: a NUL there reached the database the same way.
+    const refOf = (tenant: string, key: string) => encodeURIComponent(recordRef({ tenant, action: 'charge', key }));
+    for (const [path, body, code] of [
+      [`records/${refOf('default', `K${nul}1`)}`, undefined, 'KEY_INVALID'],
+      [`records/${refOf(`t${nul}`, 'K-1')}`, undefined, 'INVALID_ARGUMENT'],
+      [`records/${refOf('default', `K${nul}1`)}/resolve`, { retry: true }, 'KEY_INVALID'],
+      [`records/${refOf('default', 'K-1')}/resolve`, { retry: true, note: `a${nul}` }, 'INVALID_ARGUMENT'],
+      [`records/${refOf('default', 'K-1')}/resolve`, { error: { message: `a${nul}` } }, 'INVALID_ARGUMENT'],
+      ['flows/pay%00/retry', {}, 'INVALID_ARGUMENT'],
+      ['approvals/ap%00/approve', {}, 'INVALID_ARGUMENT'],
+      ['approvals/ap-1/reject', { reason: `no${nul}` }, 'INVALID_ARGUMENT'],
+      ['events/dead/replay', { source: 'shop', id: `evt${nul}` }, 'INVALID_ARGUMENT'],
+    ] as const) {
+      const res = await call(body === undefined ? 'GET' : 'POST', path, body === undefined ? {} : { body });
+      if (res.status !== 400 || res.json.error?.code !== code)
+        wrong.push(`${path} ${JSON.stringify(body)}: ${res.status} ${JSON.stringify(res.json)}`);
+    }
+    expect(wrong).toEqual([]);
+    // Text of several lines is text: a note may hold a newline.
+    const lines = await call('POST', `records/${refOf('default', 'K-2')}/resolve`, {
+      body: { retry: true, note: 'line 1\nline 2' },
+    });
+    expect([lines.status, lines.json.error?.code]).toEqual([404, 'NOT_FOUND']);
   });
 });
 

@@ -91,7 +91,9 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
     const headers: Record<string, string> = {};
     if (options.token !== null) headers.authorization = `Bearer ${options.token ?? TOKEN}`;
     if (options.operator !== undefined) headers['x-oncely-operator'] = options.operator;
-    const body = options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
+    // Every change sends a JSON body, {} where it has no fields.
+    const given = options.body ?? (method === 'POST' && options.raw === undefined ? {} : undefined);
+    const body = options.raw ?? (given === undefined ? undefined : JSON.stringify(given));
     if (body !== undefined) headers['content-type'] = options.type ?? 'application/json';
     const res = await fetch(`${running.base}/v1/admin/${path}`, { method, headers, body });
     return { status: res.status, headers: res.headers, json: (await res.json()) as Json };
