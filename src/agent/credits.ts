@@ -1,4 +1,5 @@
 import { OncelyError } from '../core/errors.js';
+import { validateKey } from '../core/key.js';
 import { type Metrics, processMetrics } from '../core/metrics.js';
 import type { Db, Sql } from '../db/types.js';
 
@@ -14,9 +15,36 @@ export class Credits {
     private readonly metrics: Metrics = processMetrics,
   ) {}
 
-  /** Adds credits to an account (a top-up; negative to take away). */
-  async grant(account: string, credits: number): Promise<number> {
+  /**
+   * Adds credits to an account (a top-up; negative to take away), once per `key`: a retried
+   * top-up with its key credits once and answers the balance; the same key with another amount is
+   * KEY_REUSED, crediting nothing. Keys are the account's own (another account may use the same)
+   * and kept for good. Without a key every call credits again: an operator's one-off adjustment.
+   * @example await credits.grant('acme', 100, { key: 'invoice-2026-12-0042' }) // twice: credited once
+   */
+  async grant(account: string, credits: number, options: { key?: string } = {}): Promise<number> {
+    if (!Number.isSafeInteger(credits))
+      throw new OncelyError('INVALID_ARGUMENT', `credits must be a whole number, got ${credits}`);
+    const key = options.key === undefined ? undefined : validateKey(options.key);
     await this.db.transaction(async (tx) => {
+      if (key !== undefined) {
+        const first = await tx.run(
+          `INSERT INTO oncely_credit_grants (account, grant_key, credits, granted_at) VALUES (?, ?, ?, ?)
+           ON CONFLICT (account, grant_key) DO NOTHING`,
+          [account, key, credits, Date.now()],
+        );
+        if (first === 0) {
+          const [row] = await tx.all<{ credits: number | string }>(
+            'SELECT credits FROM oncely_credit_grants WHERE account = ? AND grant_key = ?',
+            [account, key],
+          );
+          if (Number(row?.credits) === credits) return;
+          throw new OncelyError(
+            'KEY_REUSED',
+            `grant key "${key}" of account ${account} was first used for ${row?.credits} credit(s), not ${credits}`,
+          );
+        }
+      }
       await tx.run(
         'INSERT INTO oncely_credit_accounts (account, balance) VALUES (?, 0) ON CONFLICT (account) DO NOTHING',
         [account],
@@ -107,7 +135,9 @@ export class Credits {
 
   /**
    * Makes a reservation final and records the action's charge for good. One the sweep released
-   * meanwhile is charged again: its effect did happen.
+   * meanwhile (its call ran past the reservation's expiry) is charged again, its effect did
+   * happen, but only from credits the account still has: a balance never goes negative. When the
+   * released credits were spent meanwhile, RESERVATION_EXPIRED, and nothing is charged.
    */
   async confirm(actionId: string, tool = ''): Promise<void> {
     const confirmed = await this.db.transaction(async (tx) => {
@@ -122,13 +152,25 @@ export class Credits {
         [now, actionId, row.status],
       );
       if (changed !== 1) return false;
+      const credits = Number(row.credits);
       await tx.run('INSERT INTO oncely_credit_charges (action_id, account, credits, charged_at) VALUES (?, ?, ?, ?)', [
         actionId,
         row.account,
-        Number(row.credits),
+        credits,
         now,
       ]);
-      if (row.status === 'released') await this.move(tx, actionId, -1);
+      if (row.status === 'released') {
+        const taken = await tx.run(
+          'UPDATE oncely_credit_accounts SET balance = balance - ? WHERE account = ? AND balance >= ?',
+          [credits, row.account, credits],
+        );
+        // Thrown inside the transaction: the confirmation and the charge roll back with it.
+        if (taken !== 1)
+          throw new OncelyError(
+            'RESERVATION_EXPIRED',
+            `action ${actionId} ran past its reservation, which the sweep released, and account ${row.account} has fewer than ${credits} credit(s) left to charge it`,
+          );
+      }
       return true;
     });
     if (confirmed) this.metrics.add('oncely_credits_total', [tool, 'confirmed']);
@@ -141,21 +183,21 @@ export class Credits {
         `UPDATE oncely_credit_reservations SET status = 'released', settled_at = ? WHERE action_id = ? AND status = 'reserved'`,
         [Date.now(), actionId],
       );
-      if (changed === 1) await this.move(tx, actionId, 1);
+      if (changed === 1) await this.giveBack(tx, actionId);
       return changed === 1;
     });
     if (released) this.metrics.add('oncely_credits_total', [tool, 'released']);
   }
 
-  /** Moves a reservation's credits into (+1) or out of (-1) its account's balance. */
-  private async move(tx: Sql, actionId: string, sign: 1 | -1): Promise<void> {
+  /** Moves a reservation's credits back into its account's balance. */
+  private async giveBack(tx: Sql, actionId: string): Promise<void> {
     const [row] = await tx.all<{ account: string; credits: number | string }>(
       'SELECT account, credits FROM oncely_credit_reservations WHERE action_id = ?',
       [actionId],
     );
     if (row)
       await tx.run('UPDATE oncely_credit_accounts SET balance = balance + ? WHERE account = ?', [
-        sign * Number(row.credits),
+        Number(row.credits),
         row.account,
       ]);
   }

@@ -61,6 +61,20 @@ const CHARGES = [
   )`,
 ];
 
+/**
+ * The keys of keyed grants (Credits.grant), per account, kept for good: a top-up retried after
+ * any time credits once.
+ */
+const GRANTS = [
+  `CREATE TABLE IF NOT EXISTS oncely_credit_grants (
+    account TEXT NOT NULL,
+    grant_key TEXT NOT NULL,
+    credits BIGINT NOT NULL,
+    granted_at BIGINT NOT NULL,
+    PRIMARY KEY (account, grant_key)
+  )`,
+];
+
 /** The agent's versioned tables. */
 export const agentMigrations: Migrations = {
   component: 'agent',
@@ -68,6 +82,7 @@ export const agentMigrations: Migrations = {
     { version: 1, sqlite: FIRST_TABLES, postgres: FIRST_TABLES },
     { version: 2, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
     { version: 3, sqlite: CHARGES, postgres: CHARGES },
+    { version: 4, sqlite: GRANTS, postgres: GRANTS },
   ],
 };
 

@@ -54,7 +54,7 @@ export function addRecordCommands(program: Command): void {
     .option('--json', 'print { records, cursor } as JSON')
     .action(async (flags: ListFlags) => {
       const page = await withOncely(flags, (once) => once.list(listOptions(flags)));
-      console.log(flags.json ? JSON.stringify(page, null, 2) : listText(page, Date.now()));
+      console.log(flags.json ? JSON.stringify(page, null, 2) : listText(page, Number(flags.limit), Date.now()));
     });
 
   storeOptions(records.command('show').description('one record by its id'))
@@ -218,10 +218,16 @@ function settler(): string {
   }
 }
 
-/** A page as lines: one per record, then where the next page starts. */
-function listText(page: RecordList, now: number): string {
+/**
+ * A page as lines: one per record, then where the next page starts. A short page with a cursor is
+ * a Redis scan that ran out of its time budget in a large keyspace: said so, so that nobody takes
+ * it for every match.
+ */
+function listText(page: RecordList, limit: number, now: number): string {
   const lines = page.records.map((record) => recordLine(record, now));
-  if (lines.length === 0) lines.push('no records');
+  if (page.cursor && page.records.length < limit)
+    lines.push(`${page.records.length} so far: the scan stopped at its time budget; more may match on the next page`);
+  else if (lines.length === 0) lines.push('no records');
   lines.push(page.cursor ? `next page: --cursor ${page.cursor}` : 'end of the records');
   return lines.join('\n');
 }

@@ -38,6 +38,9 @@ export type KeyInput = string | readonly KeyPart[];
  * timeouts, 409 IN_PROGRESS (after its Retry-After), 429 and 5xx (after Retry-After, else
  * exponential backoff with full jitter), within a total deadline. Any other answer, 4xx included,
  * is returned as it is. Every attempt carries the same Idempotency-Key and Oncely-Trace-Id.
+ * Redirects are followed only to the same origin, and only 307 and 308 (same method, body and
+ * headers); any other redirect, one to another origin above all, is the answer: the body and
+ * credential headers never go to a server the caller did not name.
  * @example const { response, replayed } = await idempotentFetch('/orders', { method: 'POST', body }, { key: ['ORD-1', 'create'] })
  */
 export async function idempotentFetch(
@@ -57,6 +60,10 @@ export async function idempotentFetch(
   } = options;
   for (const [name, value] of Object.entries({ deadlineMs, attemptTimeoutMs, maxAttempts, baseDelayMs, maxDelayMs }))
     if (!Number.isFinite(value) || value < 0) throw new InvalidArgumentError(`${name} must be a number from 0`);
+  if (init.redirect !== undefined && init.redirect !== 'follow' && init.redirect !== 'manual')
+    throw new InvalidArgumentError(
+      "redirect must be 'follow' (the default: same-origin 307 and 308 only) or 'manual' (none followed)",
+    );
   if (typeof ReadableStream !== 'undefined' && init.body instanceof ReadableStream)
     throw new InvalidArgumentError(
       'a retried request needs a body it can send again: a string, bytes or form, not a stream',
@@ -76,9 +83,10 @@ export async function idempotentFetch(
     const timeout = AbortSignal.timeout(Math.max(1, Math.min(attemptTimeoutMs, left)));
     let wait: number | undefined | false;
     try {
-      const response = await send(url, {
+      const response = await sendFollowing(send, url, init.redirect !== 'manual', {
         ...init,
         headers,
+        redirect: 'manual',
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });
       wait = await retryDelay(response);
@@ -94,6 +102,35 @@ export async function idempotentFetch(
     const delay = typeof wait === 'number' ? wait : backoffDelay(attempt, baseDelayMs, maxDelayMs);
     if (attempt >= maxAttempts || Date.now() + delay >= deadline) return exhausted(answered ?? failure, attempt, key);
     await sleep(delay, signal);
+  }
+}
+
+/** The most same-origin redirects one attempt follows before the last one is its answer. */
+const REDIRECTS_MAX = 5;
+
+/**
+ * One attempt: `init` sent to `url` with fetch's own redirects off, then, when `follow`, to the
+ * Location of a same-origin 307 or 308 again (up to REDIRECTS_MAX). fetch would follow any redirect,
+ * to any origin, with the body and every header but Authorization; a 301, 302 or 303 would turn
+ * the POST into a GET without its key's intent. Those are returned instead, for the caller to judge.
+ * (A browser answers an opaque redirect, status 0, without its Location: returned as it is too.)
+ */
+async function sendFollowing(
+  send: typeof fetch,
+  url: string | URL,
+  follow: boolean,
+  init: RequestInit,
+): Promise<Response> {
+  let at = new URL(url, globalThis.location?.href);
+  for (let hops = 0; ; hops++) {
+    const response = await send(at, init);
+    const location = response.headers.get('location');
+    if (!follow || hops === REDIRECTS_MAX || (response.status !== 307 && response.status !== 308) || !location)
+      return response;
+    const next = new URL(location, at);
+    if (next.origin !== at.origin) return response;
+    await response.body?.cancel().catch(() => undefined);
+    at = next;
   }
 }
 

@@ -120,6 +120,11 @@ export const ERRORS = {
   TOOL_UNKNOWN: { status: 404, meaning: 'no tool of that name' },
   TOOL_FAILED: { status: 500, meaning: 'the tool threw an error that had no code of its own' },
   BUDGET_EXCEEDED: { status: 402, meaning: 'the account has fewer credits left than the call reserves' },
+  RESERVATION_EXPIRED: {
+    status: 402,
+    meaning:
+      'a tool ran past its credit reservation, the sweep gave the credits back and they were spent meanwhile: its effect is not charged',
+  },
   ACTION_CHARGED: {
     status: 409,
     meaning: 'the action was done and charged already (its record expired): an action is charged once, ever',

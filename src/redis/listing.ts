@@ -26,6 +26,13 @@ export interface ListRequest {
 type Cursor = ({ i: string } | { s: string }) & { p: string[]; k?: number };
 
 const LIMIT_MAX = 1_000;
+
+/**
+ * How long one `list` call goes on running listing scripts to fill its page (see RedisStore.list):
+ * in a keyspace of millions of other keys a sparse listing stops here, with a cursor, rather
+ * than hold an operator's request (the CLI, the admin API) for as long as the whole scan takes.
+ */
+export const LIST_TIME_BUDGET_MS = 5_000;
 const SCAN_CURSOR = /^(0|[1-9][0-9]*)?$/;
 
 /** A record's name in listings and cursors: its key past `<prefix>r:` (see recordKey in codec.ts). */

@@ -37,7 +37,7 @@ import {
   updateArgs,
 } from './codec.js';
 import { REINDEX } from './list-scripts.js';
-import { listPages, listRequest } from './listing.js';
+import { LIST_TIME_BUDGET_MS, listPages, listRequest, memberOf } from './listing.js';
 import { GET, INDEX_KEYS, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
 export { ownedClientOptions } from './client.js';
@@ -210,15 +210,37 @@ export class RedisStore implements RecordStore {
 
   /**
    * A page of `query`: `in_progress` and `unknown` from their index by SSCAN (dropping members
-   * whose record expired or moved on), other listings by SCAN. A page may hold fewer records than
-   * `limit`, even none, before the end: only a null cursor says the listing is done. On a cluster
-   * the shards are listed in order, and a page with room left after a shard read to its end goes
-   * on into the next ones at once, side by side: an index listing in waves of 1, 2, 4... shards (a
-   * sparse listing takes a few round trips, not one per shard, and a full page reads few shards it
-   * then drops); a SCAN listing all of them in one wave, since each shard's SCAN visits every key
-   * of its node (SCAN knows no slots) whatever it finds, and the nodes then work side by side.
+   * whose record expired or moved on), other listings by SCAN. One script run visits a bounded
+   * part of the keyspace (list-scripts.ts), which in a Redis shared with other applications may
+   * hold few of ours or none: runs follow one another until the page holds `limit` records or
+   * the listing is done, for up to LIST_TIME_BUDGET_MS; only past that may a page end short, its
+   * cursor resuming where it stopped. On a cluster the shards are listed in order, and a run with
+   * room left after a shard read to its end goes on into the next ones at once, side by side: an
+   * index listing in waves of 1, 2, 4... shards (a sparse listing takes a few round trips, not one
+   * per shard, and a full page reads few shards it then drops); a SCAN listing all of them in one
+   * wave, since each shard's SCAN visits every key of its node (SCAN knows no slots) whatever it
+   * finds, and the nodes then work side by side.
    */
   async list(query: RecordQuery): Promise<RecordPage> {
+    const started = Date.now();
+    let page = await this.listRun(query);
+    const records = page.records;
+    // SCAN may answer a key twice (Redis says so; seen while a node's table resized): once a page.
+    const seen = new Set(records.map(memberOf));
+    while (page.cursor !== null && records.length < query.limit && Date.now() - started < LIST_TIME_BUDGET_MS) {
+      page = await this.listRun({ ...query, limit: query.limit - records.length, cursor: page.cursor });
+      for (const record of page.records) {
+        const member = memberOf(record);
+        if (seen.has(member)) continue;
+        seen.add(member);
+        records.push(record);
+      }
+    }
+    return { records, cursor: page.cursor };
+  }
+
+  /** One round of list's script runs: a page that may be short, even empty, before the end. */
+  private async listRun(query: RecordQuery): Promise<RecordPage> {
     const prefixes = this.shards.map((s) => s.prefix);
     const first = listRequest(prefixes, query);
     const requests = [first];

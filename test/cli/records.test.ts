@@ -11,7 +11,7 @@ import { postgresStore } from '../../src/postgres/index.js';
 import { redisStore } from '../../src/redis/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
-import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
+import { connectRedis, dropPrefix, freshPrefix, REDIS_URL, seedOtherKeys } from '../support/redis.js';
 
 const run = promisify(execFile);
 // The CLI from its sources: the same command a user runs, without a build.
@@ -272,5 +272,35 @@ describe('oncely records: bad input', () => {
       expect(result.stderr.trim(), args.join(' ')).toMatch(message);
       expect(result.stderr.trim().split('\n'), args.join(' ')).toHaveLength(1);
     });
+  }, 120_000);
+});
+
+describe('oncely records list --store in a lived-in Redis', () => {
+  it('review3.9: shows all 5 records of a tenant among 200,000 keys of another application, in one page', async () => {
+    const client = await connectRedis();
+    const prefix = freshPrefix();
+    const other = await seedOtherKeys(client, `other-app:${randomUUID().slice(0, 8)}:`, 200_000);
+    try {
+      const store = redisStore({ url: REDIS_URL, prefix });
+      const once = await createOncely({ store, tenant: 'acme' });
+      for (const key of ['A-1', 'A-2', 'A-3', 'A-4', 'A-5'])
+        await once.run({ action: 'charge', key, tenant: 'five', input: { key } }, () => ({ charged: key }));
+      await once.run({ action: 'charge', key: 'B-1', tenant: 'other', input: {} }, () => 1);
+      await once.close();
+      const out = await oncely('records', 'list', '--store', REDIS_URL, '--prefix', prefix, '--tenant', 'five');
+      expect(out.stderr).toBe('');
+      const lines = out.stdout.trim().split('\n');
+      expect(
+        lines
+          .slice(0, 5)
+          .map((line) => line.split(' ')[0])
+          .sort(),
+      ).toEqual(['A-1', 'A-2', 'A-3', 'A-4', 'A-5'].map((key) => `five/charge/${key}`));
+      expect(lines.slice(5)).toEqual(['end of the records']);
+    } finally {
+      await other.drop();
+      await dropPrefix(client, prefix);
+      await client.quit();
+    }
   }, 120_000);
 });

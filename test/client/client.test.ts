@@ -260,3 +260,88 @@ describe("createClient().invoke against the host's POST /v1/invoke/:handler", ()
     expect([error.code, error.status]).toEqual(['ASKED_TO_FAIL', 409]);
   });
 });
+
+/** A server that records what each request brought (method, path, headers, body) before answering it. */
+async function recording(
+  answer: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => void,
+) {
+  const seen: { method: string; path: string; headers: IncomingHttpHeaders; body: string }[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      seen.push({
+        method: req.method ?? '',
+        path: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString(),
+      });
+      answer(req, res);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    seen,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe('redirects', () => {
+  it('review3.7: never sends the body or the x-api-key to another origin a 307 or 308 points at; follows one to its own', async () => {
+    const other = await recording((_req, res) => res.writeHead(201).end('stolen'));
+    const first = await recording((req, res) => {
+      if (req.url === '/elsewhere' || req.url === '/v1/invoke/notes.create')
+        res.writeHead(307, { location: `${other.url}/collect` }).end();
+      else if (req.url === '/moved') res.writeHead(308, { location: `${other.url}/collect` }).end();
+      else if (req.url === '/here') res.writeHead(307, { location: '/orders' }).end();
+      else res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}');
+    });
+    const secret = { 'x-api-key': 'sk-live-123', 'content-type': 'application/json' };
+    const body = JSON.stringify({ card: '4242' });
+    try {
+      for (const path of ['/elsewhere', '/moved']) {
+        const answer = await idempotentFetch(
+          `${first.url}${path}`,
+          { method: 'POST', headers: secret, body },
+          { key: `redirect-${path.slice(1)}`, ...quick },
+        );
+        // The redirect is the answer, returned once (a 3xx is not retried).
+        expect([answer.response.status, answer.attempts], path).toEqual([path === '/moved' ? 308 : 307, 1]);
+        expect(answer.response.headers.get('location')).toBe(`${other.url}/collect`);
+      }
+      const client = createClient({ baseUrl: first.url, headers: { 'x-api-key': 'sk-live-123' }, ...quick });
+      const answer = await client.request('/elsewhere', { method: 'POST', body }, { key: 'redirect-client' });
+      expect(answer.response.status).toBe(307);
+      // invoke has no envelope to read from a redirect: InvokeError with its status.
+      const thrown = await client
+        .invoke('notes.create', { body: 'x' }, { idempotencyKey: 'redirect-invoke' })
+        .catch((e) => e);
+      expect(thrown).toBeInstanceOf(InvokeError);
+      expect(thrown.status).toBe(307);
+      expect(first.seen.map((r) => r.path)).toEqual(['/elsewhere', '/moved', '/elsewhere', '/v1/invoke/notes.create']);
+      expect(other.seen).toEqual([]);
+
+      // To its own origin, a 307 is followed with the same method, body, key and headers.
+      const here = await idempotentFetch(
+        `${first.url}/here`,
+        { method: 'POST', headers: secret, body },
+        { key: 'redirect-here', ...quick },
+      );
+      expect([here.response.status, here.attempts]).toEqual([201, 1]);
+      const followed = first.seen.at(-1);
+      expect([followed?.method, followed?.path, followed?.body]).toEqual(['POST', '/orders', body]);
+      expect([followed?.headers['x-api-key'], followed?.headers['idempotency-key']]).toEqual([
+        'sk-live-123',
+        '"redirect-here"',
+      ]);
+      expect(other.seen).toEqual([]);
+    } finally {
+      await Promise.all([first.close(), other.close()]);
+    }
+  });
+});

@@ -87,5 +87,61 @@ for (const database of DATABASES) {
         stderr: expect.stringContaining('retention.events'),
       });
     }, 60_000);
+
+    it('review3.10: --dry-run on a database at an older version, with a changed schema.sql, changes nothing', async () => {
+      const { target, cleanup } = database.fresh();
+      cleanups.push(cleanup);
+      const { host, db } = await migratedHost(target);
+      const planted = await plant(host, db);
+      await host.stop();
+      // As an older oncely left it: no dashboard component (its samples table and ledger row).
+      const old = await openDb(target, { poolSize: 1 });
+      cleanups.push(() => old.close());
+      await old.run('DROP TABLE oncely_stats_samples');
+      await old.run("DELETE FROM oncely_component_migrations WHERE component = 'dashboard'");
+      // And an app whose schema.sql changed since its last start.
+      const dir = appFolder();
+      writeFileSync(join(dir, 'schema.sql'), 'CREATE TABLE review_notes (id TEXT PRIMARY KEY);\n');
+
+      /** The database's tables, columns, indexes and migration ledgers, as text. */
+      const layout = async () => {
+        const objects =
+          old.dialect === 'sqlite'
+            ? await old.all(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name",
+              )
+            : [
+                ...(await old.all(
+                  `SELECT table_name, column_name, data_type, column_default, is_nullable FROM information_schema.columns
+                   WHERE table_schema = current_schema() ORDER BY table_name, column_name`,
+                )),
+                ...(await old.all(
+                  'SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() ORDER BY indexname',
+                )),
+              ];
+        const ledger = await old.all(
+          'SELECT component, version, applied_at FROM oncely_component_migrations ORDER BY component, version',
+        );
+        const schemas = await old.all('SELECT hash, applied_at FROM oncely_app_schema ORDER BY hash');
+        return JSON.stringify({ objects, ledger, schemas });
+      };
+      const before = await layout();
+      expect(before).not.toContain('review_notes');
+      expect(before).not.toContain('oncely_stats_samples');
+
+      const dry = await run(process.execPath, [...CLI, 'purge', dir, '--db', target, '--dry-run']);
+      expect(await layout()).toBe(before);
+      // It still counts what a purge would remove.
+      const counted = perTable(dry.stdout);
+      for (const [table, p] of Object.entries(planted))
+        if (p.purged.length > 0) expect(counted[table], table).toBeGreaterThanOrEqual(p.purged.length);
+      expect(dry.stdout).toMatch(/dry run: nothing removed; would remove [1-9]\d* row\(s\) in all/);
+
+      // The purge itself migrates first: the table comes back, and the new schema is applied.
+      await run(process.execPath, [...CLI, 'purge', dir, '--db', target]);
+      const after = await layout();
+      expect(after).toContain('oncely_stats_samples');
+      expect(after).toContain('review_notes');
+    }, 60_000);
   });
 }

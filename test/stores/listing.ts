@@ -83,6 +83,8 @@ export interface ListingTraits {
    * primary key), so pages come in that order and a cursor of another listing resumes right after its id.
    */
   idOrder?: boolean;
+  /** Every page but the last holds `limit` records (Redis: however many other keys the keyspace holds). */
+  fullPages?: boolean;
 }
 
 /**
@@ -138,6 +140,7 @@ export function describeListing(
         }
         if (page.cursor === null) return seen;
         expect(typeof page.cursor).toBe('string');
+        if (traits.fullPages) expect(page.records.length, 'a page before the last').toBe(query.limit);
         cursor = page.cursor;
       }
       throw new Error('listing did not end');
