@@ -2,7 +2,8 @@
  * The inbox: broker messages in. A source's batch is stored as events in one transaction, the
  * transaction commits, and only then is each message acknowledged; a repeat of a stored (source, id)
  * is acknowledged as a duplicate, however long after (oncely's retention, not the broker's window).
- * A failed transaction gives the batch back to the broker for redelivery. No broker client is
+ * A transaction refused for one message's data is split until that message is found and rejected;
+ * one that failed otherwise gives its messages back to the broker for redelivery. No broker client is
  * imported here: sources come from their own modules (`nats.ts`, `rabbitmq.ts`, `redis-streams.ts`).
  */
 import { isContractError, OncelyError } from '../core/errors.js';
@@ -38,9 +39,9 @@ export interface BatchOutcome {
   accepted: number;
   duplicate: number;
   conflict: number;
-  /** Refused for good (no id, an id that is not a valid key): never processed. */
+  /** Refused for good (no id, an invalid id or type, an unreadable body, one the database refuses): never processed. */
   rejected: number;
-  /** Given back to the broker: the transaction failed. */
+  /** Given back to the broker: the transaction failed for another reason than a message (the database down). */
   retried: number;
 }
 
