@@ -240,7 +240,8 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
         );
       const other = await openDb(testDb.url);
       await away(other, false);
-      for (let i = 1; i <= 4; i++) await admin.publish(queue, { n: i }, { messageId: `m-${i}`, type: 'order.paid' });
+      // One message: each redelivery is one batch and one line (several may come back in several batches).
+      await admin.publish(queue, { n: 1 }, { messageId: 'm-1', type: 'order.paid' });
       const inbox = eventInbox(rabbitmqSource({ name: 'orders', url: RABBITMQ_URL, queue, retryDelayMs: 200 }), {
         db,
         events,
@@ -258,8 +259,8 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
         expect(tries).toBeLessThanOrEqual(6);
         await away(other, true);
         await until(
-          'all four stored once the database is back',
-          async () => (await events.stats()).accepted === 4,
+          'the message stored once the database is back',
+          async () => (await events.stats()).accepted === 1,
           30_000,
         );
         expect(lines.filter((l) => l.message === 'broker message rejected')).toEqual([]);
