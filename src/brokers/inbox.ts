@@ -2,11 +2,12 @@
  * The inbox: broker messages in. A source's batch is stored as events in one transaction, the
  * transaction commits, and only then is each message acknowledged; a repeat of a stored (source, id)
  * is acknowledged as a duplicate, however long after (oncely's retention, not the broker's window).
- * A failed transaction gives the batch back to the broker for redelivery. No broker client is
+ * A transaction refused for one message's data is split until that message is found and rejected;
+ * one that failed otherwise gives its messages back to the broker for redelivery. No broker client is
  * imported here: sources come from their own modules (`nats.ts`, `rabbitmq.ts`, `redis-streams.ts`).
  */
-import { OncelyError } from '../core/errors.js';
-import { validateKey } from '../core/key.js';
+import { isContractError, OncelyError } from '../core/errors.js';
+import { MAX_EVENT_TYPE_LENGTH, validateEventType, validateKey } from '../core/key.js';
 import type { OncelyLogger } from '../core/observer.js';
 import type { Db, Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
@@ -38,9 +39,9 @@ export interface BatchOutcome {
   accepted: number;
   duplicate: number;
   conflict: number;
-  /** Refused for good (no id, an id that is not a valid key): never processed. */
+  /** Refused for good (no id, an invalid id or type, an unreadable body, one the database refuses): never processed. */
   rejected: number;
-  /** Given back to the broker: the transaction failed. */
+  /** Given back to the broker: the transaction failed for another reason than a message (the database down). */
   retried: number;
 }
 
@@ -89,45 +90,58 @@ export function eventInbox(source: BrokerSource, options: InboxOptions): Inbox {
   return new Inbox(source, async (batch) => void (await intakeBatch(source.name, batch, options)));
 }
 
-/** Stores one batch in one transaction, then acks each message (or gives them all back). */
+type Keyed = { message: BrokerMessage; id: string };
+
+/**
+ * Stores one batch in one transaction, then acks each message. A message that cannot be taken (no
+ * id, a type or body it cannot be) is rejected first; a part the database refuses is split until
+ * the message it refuses is found and rejected; a part that fails otherwise is given back.
+ */
 export async function intakeBatch(
   name: string,
   batch: readonly BrokerMessage[],
   options: InboxOptions,
 ): Promise<BatchOutcome> {
-  const { db, events, logger } = options;
   const counts: BatchOutcome = { accepted: 0, duplicate: 0, conflict: 0, rejected: 0, retried: 0 };
-  const keyed: { message: BrokerMessage; id: string }[] = [];
+  const keyed: Keyed[] = [];
   for (const message of batch) {
-    const refusal = refuse(message.id);
+    const refusal = refuse(message);
     if (refusal === undefined) keyed.push({ message, id: message.id as string });
     else {
       counts.rejected++;
-      await rejectMessage(message, refusal, logger, name);
+      await rejectMessage(message, refusal, options.logger, name);
     }
   }
-  if (keyed.length === 0) return counts;
   for (const { message } of keyed) message.working?.();
+  await storePart(name, keyed, options, counts);
+  return counts;
+}
+
+/**
+ * Stores messages in one transaction and acks them once it committed. When the database refuses
+ * the transaction for what a message holds, the part is split in halves, each stored on its own,
+ * down to the one message refused, which is rejected with one log line: the messages read with it
+ * land. Any other failure (the database down) gives the part back for redelivery.
+ */
+async function storePart(name: string, keyed: readonly Keyed[], options: InboxOptions, counts: BatchOutcome) {
+  const { events, logger } = options;
+  if (keyed.length === 0) return;
   let outcomes: ('accepted' | 'duplicate' | 'conflict')[];
   try {
-    outcomes = await db.transaction(async (tx) => {
-      // One batch of a source at a time across processes: two batches holding the same ids (a
-      // redelivery beside a copy), or counter rows, in different orders would deadlock each other.
-      if (tx.dialect === 'postgres')
-        await tx.run("SELECT pg_advisory_xact_lock(hashtextextended('oncely.inbox:' || ?, 0))", [name]);
-      // The event queue stores a batch with a few statements in all (intakeMany); another intake, one by one.
-      if (events.intakeMany)
-        return events.intakeMany(
-          name,
-          keyed.map(({ message, id }) => ({ id, type: message.type, data: message.data })),
-          tx,
-        );
-      const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
-      for (const { message, id } of keyed) out.push(await events.intake(name, id, message.type, message.data, tx));
-      return out;
-    });
+    outcomes = await store(name, keyed, options);
   } catch (error) {
-    counts.retried = keyed.length;
+    if (refusedByDatabase(error)) {
+      if (keyed.length === 1) {
+        counts.rejected++;
+        const reason = `the database refused it (${errorText(error)})`;
+        return rejectMessage((keyed[0] as Keyed).message, reason, logger, name);
+      }
+      const half = Math.ceil(keyed.length / 2);
+      await storePart(name, keyed.slice(0, half), options, counts);
+      await storePart(name, keyed.slice(half), options, counts);
+      return;
+    }
+    counts.retried += keyed.length;
     report(
       logger,
       'error',
@@ -140,13 +154,50 @@ export async function intakeBatch(
       },
     );
     await Promise.all(keyed.map(({ message }) => settle(message.retry(), logger, name)));
-    return counts;
+    return;
   }
   // Committed: from here a crash before the ack gets the message again, answered as a duplicate.
   for (const outcome of outcomes) counts[outcome]++;
-  if (counts.accepted > 0) events.wake?.();
+  if (outcomes.includes('accepted')) events.wake?.();
   await Promise.all(keyed.map(({ message }) => settle(message.ack(), logger, name)));
-  return counts;
+}
+
+/** One part of a batch in one transaction: the events' outcomes in order. */
+function store(
+  name: string,
+  keyed: readonly Keyed[],
+  { db, events }: InboxOptions,
+): Promise<('accepted' | 'duplicate' | 'conflict')[]> {
+  return db.transaction(async (tx) => {
+    // One batch of a source at a time across processes: two batches holding the same ids (a
+    // redelivery beside a copy), or counter rows, in different orders would deadlock each other.
+    if (tx.dialect === 'postgres')
+      await tx.run("SELECT pg_advisory_xact_lock(hashtextextended('oncely.inbox:' || ?, 0))", [name]);
+    // The event queue stores a batch with a few statements in all (intakeMany); another intake, one by one.
+    if (events.intakeMany)
+      return events.intakeMany(
+        name,
+        keyed.map(({ message, id }) => ({ id, type: message.type, data: message.data })),
+        tx,
+      );
+    const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
+    for (const { message, id } of keyed) out.push(await events.intake(name, id, message.type, message.data, tx));
+    return out;
+  });
+}
+
+/**
+ * True when a failed transaction was refused for what a message holds, not for the database's
+ * state: the queue's own checks (a contract error), PostgreSQL's data and constraint errors
+ * (SQLSTATE classes 22 and 23, a NUL byte in text among them) and SQLite's constraint, type and
+ * size errors, the classes the record stores retry item by item too.
+ */
+function refusedByDatabase(error: unknown): boolean {
+  if (isContractError(error)) return true;
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return false;
+  if (code.length === 5 && (code.startsWith('22') || code.startsWith('23'))) return true;
+  return code.startsWith('SQLITE_CONSTRAINT') || code === 'SQLITE_MISMATCH' || code === 'SQLITE_TOOBIG';
 }
 
 /** Options of an inbox over an Oncely engine, for a service that is not an oncely app. */
@@ -173,7 +224,7 @@ export function onceInbox<T>(source: BrokerSource, options: OnceInboxOptions<T>)
   const { once, action, handle, logger } = options;
   const name = source.name;
   const one = async (message: BrokerMessage) => {
-    const refusal = refuse(message.id);
+    const refusal = refuse(message);
     if (refusal !== undefined) return rejectMessage(message, refusal, logger, name);
     message.working?.();
     try {
@@ -194,15 +245,25 @@ export function onceInbox<T>(source: BrokerSource, options: OnceInboxOptions<T>)
   return new Inbox(source, async (batch) => void (await Promise.all(batch.map(one))));
 }
 
-/** Why a message cannot be taken: no id, or one that is not a valid key; undefined when it can. */
-function refuse(id: string | undefined): string | undefined {
+/**
+ * Why a message cannot be taken: a body its source could not read, no id, an id that is not a
+ * valid key, a type that is not a valid event type (the webhooks' rules); undefined when it can.
+ */
+function refuse(message: BrokerMessage): string | undefined {
+  if (message.refusal !== undefined) return message.refusal;
+  const { id, type } = message;
   if (id === undefined || id === '') return 'the message has no id: it is rejected, never processed without a key';
   try {
     validateKey(id);
-    return undefined;
   } catch (error) {
-    return `the message id is not a valid key (${error instanceof Error ? error.message : String(error)})`;
+    return `the message id is not a valid key (${(error as Error).message})`;
   }
+  try {
+    validateEventType(type);
+  } catch (error) {
+    return `the message type is not a valid event type (${(error as Error).message})`;
+  }
+  return undefined;
 }
 
 async function rejectMessage(
@@ -211,7 +272,9 @@ async function rejectMessage(
   logger: OncelyLogger | undefined,
   source: string,
 ): Promise<void> {
-  report(logger, 'warn', 'broker message rejected', `${source}: ${reason}`, { source, type: message.type });
+  // Clipped: the type is what the sender wrote, maybe the reason it is rejected (a megabyte of it).
+  const type = typeof message.type === 'string' ? message.type.slice(0, 2 * MAX_EVENT_TYPE_LENGTH) : message.type;
+  report(logger, 'warn', 'broker message rejected', `${source}: ${reason}`, { source, type, reason });
   await settle(message.reject(reason), logger, source);
 }
 

@@ -10,6 +10,7 @@ import { backoffDelay } from '../core/backoff.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import type { OutboxMessage } from '../host/outbox.js';
+import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
 import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
@@ -59,7 +60,7 @@ export type NatsIdFrom = 'Nats-Msg-Id' | { header: string } | { field: string };
 export type NatsTypeFrom = 'subject' | { header: string };
 
 /** Options of a JetStream source; durations in milliseconds. */
-export interface NatsSourceOptions extends ReconnectOptions {
+export interface NatsSourceOptions extends ReconnectOptions, BodyOptions {
   /** The event source name its messages are stored under (dedupe is per source and id). */
   name: string;
   /** Default '127.0.0.1:4222'. */
@@ -78,7 +79,7 @@ export interface NatsSourceOptions extends ReconnectOptions {
   retryDelayMs?: number;
   id?: NatsIdFrom;
   type?: NatsTypeFrom;
-  /** One line per change of connection state, and per body that is not JSON. */
+  /** One line per change of connection state. */
   logger?: OncelyLogger;
 }
 
@@ -102,6 +103,7 @@ class NatsSource implements BrokerSource {
   private readonly pause = new Pause();
   private readonly capacity: number;
   private readonly ackWaitMs: number;
+  private readonly maxBodyBytes: number;
   private feed: Feed | undefined;
   private stopped = true;
   private connection: NatsConnection | undefined;
@@ -122,6 +124,7 @@ class NatsSource implements BrokerSource {
       throw new OncelyError('CONFIG_INVALID', `${what}: ackWaitMs must be at least 1000`);
     if (!options.stream || !options.durable)
       throw new OncelyError('CONFIG_INVALID', `${what}: a stream and a durable consumer name are needed`);
+    this.maxBodyBytes = bodyLimit(options, what);
     this.life = new ConnectionLife(what, options.logger);
   }
 
@@ -239,17 +242,7 @@ class NatsSource implements BrokerSource {
 
   private receive(message: JsMsg): void {
     this.life.lag = message.info.pending;
-    let data: unknown;
-    try {
-      data = message.json();
-    } catch {
-      this.options.logger?.warn(
-        { source: this.name, subject: message.subject },
-        `oncely nats source ${this.name}: a body that is not JSON is terminated (never processed)`,
-      );
-      message.term();
-      return;
-    }
+    const { data, refusal } = readBody(message.data, this.maxBodyBytes);
     this.held.add(message);
     const settle = (send: () => void) => async () => {
       // Held no more: settled once, by whichever comes first (an ack after stop() gave it back is moot).
@@ -265,6 +258,7 @@ class NatsSource implements BrokerSource {
         id: idOf(message, data, this.options.id ?? 'Nats-Msg-Id'),
         type: typeOf(message, this.options.type ?? 'subject'),
         data,
+        ...(refusal !== undefined ? { refusal } : {}),
         ack: settle(() => message.ack()),
         retry: settle(() => message.nak(this.options.retryDelayMs ?? 1_000)),
         // No reason sent: servers before 2.10 ignore a +TERM that carries one. The inbox logs it.

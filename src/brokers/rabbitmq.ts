@@ -6,6 +6,7 @@
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import type { OutboxMessage } from '../host/outbox.js';
+import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
 import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
@@ -79,7 +80,7 @@ export interface RabbitQueueDeclaration {
 }
 
 /** Options of a RabbitMQ source. */
-export interface RabbitSourceOptions extends ReconnectOptions {
+export interface RabbitSourceOptions extends ReconnectOptions, BodyOptions {
   /** The event source name its messages are stored under (dedupe is per source and id). */
   name: string;
   /** `amqp://user:password@host:5672/vhost`. */
@@ -93,9 +94,17 @@ export interface RabbitSourceOptions extends ReconnectOptions {
   type?: RabbitTypeFrom;
   /** Declares the queue with these settings; without it the queue must exist (checked, never changed). */
   declare?: RabbitQueueDeclaration;
-  /** One line per change of connection state, and per body that is not JSON. */
+  /**
+   * How long a message given back (the transaction failed) waits before it is requeued; doubled for
+   * each give-back that follows without an ack between, up to 30 s. Default 1_000.
+   */
+  retryDelayMs?: number;
+  /** One line per change of connection state. */
   logger?: OncelyLogger;
 }
+
+// The longest wait of a message given back: a database down for long is retried twice a minute.
+const MAX_RETRY_DELAY_MS = 30_000;
 
 /**
  * A RabbitMQ queue as an inbox source: manual acks, prefetch = capacity, so no more messages are
@@ -116,9 +125,15 @@ class RabbitSource implements BrokerSource {
   private readonly life: ConnectionLife;
   private readonly pause = new Pause();
   private readonly capacity: number;
+  private readonly maxBodyBytes: number;
+  private readonly retryDelayMs: number;
   private feed: Feed | undefined;
   private stopped = true;
   private connection: AmqpConnection | undefined;
+  // Timers of messages given back, waiting out their delay before the requeue.
+  private readonly waiting = new Set<NodeJS.Timeout>();
+  // Give-backs since the last ack: a failed batch's messages go back together, as one step.
+  private retryStreak = 0;
   private channel: AmqpChannel | undefined;
   private loop: Promise<void> | undefined;
   private lagAt = 0;
@@ -132,6 +147,10 @@ class RabbitSource implements BrokerSource {
         `rabbitmq source ${options.name}: capacity must be an integer in 1..65535`,
       );
     if (!options.queue) throw new OncelyError('CONFIG_INVALID', `rabbitmq source ${options.name}: a queue is needed`);
+    this.maxBodyBytes = bodyLimit(options, `rabbitmq source ${options.name}`);
+    this.retryDelayMs = options.retryDelayMs ?? 1_000;
+    if (!Number.isFinite(this.retryDelayMs) || this.retryDelayMs < 0)
+      throw new OncelyError('CONFIG_INVALID', `rabbitmq source ${options.name}: retryDelayMs must be 0 or more`);
     this.life = new ConnectionLife(`rabbitmq source ${options.name}`, options.logger);
   }
 
@@ -154,6 +173,9 @@ class RabbitSource implements BrokerSource {
     this.stopped = true;
     this.pause.wake();
     await this.feed?.close();
+    // Requeued by the broker when the channel closes: nothing left to wait for.
+    for (const timer of this.waiting) clearTimeout(timer);
+    this.waiting.clear();
     // The channel first: its close-ok comes after the broker took the acks sent before it, where a
     // connection's close (on channel 0) can overtake them and requeue what was just acked.
     await this.channel?.close().catch(() => {});
@@ -203,27 +225,39 @@ class RabbitSource implements BrokerSource {
     // null: the broker cancelled the consumer (the queue was deleted); a new session consumes again.
     if (message === null) return void channel.close().catch(() => {});
     acks.delivered(message);
-    let data: unknown;
-    try {
-      data = JSON.parse(message.content.toString('utf8'));
-    } catch {
-      this.options.logger?.warn(
-        { source: this.name, queue: this.options.queue },
-        `oncely rabbitmq source ${this.name}: a body that is not JSON is rejected (to the queue's dead-letter exchange, if any)`,
-      );
-      return void acks.nack(message, false);
-    }
+    const { data, refusal } = readBody(message.content, this.maxBodyBytes);
     this.feed?.push([
       {
         id: idOf(message, data, this.options.id ?? 'message-id'),
         type: typeOf(message, this.options.type ?? 'type'),
         data,
-        ack: async () => acks.ack(message),
-        retry: async () => acks.nack(message, true),
+        ...(refusal !== undefined ? { refusal } : {}),
+        ack: async () => {
+          this.retryStreak = 0;
+          acks.ack(message);
+        },
+        retry: async () => this.giveBack(acks, message),
         reject: async () => acks.nack(message, false),
       },
     ]);
     this.refreshLag(channel);
+  }
+
+  /**
+   * Requeues a message after a delay instead of at once: RabbitMQ redelivers a requeued message
+   * immediately, so a database that fails every batch would otherwise get the same batch back in a
+   * loop. While it waits the message keeps its prefetch slot, so nothing new is delivered either.
+   */
+  private giveBack(acks: ChannelAcks, message: AmqpMessage): void {
+    // The first message of a failed batch opens a step; the rest of it wait alike.
+    if (this.waiting.size === 0) this.retryStreak++;
+    const delay = Math.min(MAX_RETRY_DELAY_MS, this.retryDelayMs * 2 ** Math.min(this.retryStreak - 1, 15));
+    const timer = setTimeout(() => {
+      this.waiting.delete(timer);
+      acks.nack(message, true);
+    }, delay);
+    timer.unref();
+    this.waiting.add(timer);
   }
 
   // Lag (ready messages) read at most once a second, while messages flow.

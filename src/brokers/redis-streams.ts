@@ -8,6 +8,7 @@ import { Batcher } from '../core/batcher.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import type { OutboxMessage } from '../host/outbox.js';
+import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
 import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
@@ -68,7 +69,7 @@ export interface StreamFields {
 }
 
 /** Options of a Redis Streams source; every duration is in milliseconds. */
-export interface RedisStreamsSourceOptions extends ReconnectOptions {
+export interface RedisStreamsSourceOptions extends ReconnectOptions, BodyOptions {
   /** The event source name its messages are stored under (dedupe is per source and id). */
   name: string;
   /** `redis://host:6379/0`. */
@@ -89,7 +90,7 @@ export interface RedisStreamsSourceOptions extends ReconnectOptions {
   fields?: StreamFields;
   /** Where rejected entries are copied before their ack, with a `reason` field; default `<stream>:dead`; false: none. */
   deadLetterStream?: string | false;
-  /** One line per change of connection state, and per body that is not JSON. */
+  /** One line per change of connection state. */
   logger?: OncelyLogger;
 }
 
@@ -126,6 +127,7 @@ class RedisStreamsSource implements BrokerSource {
   private readonly claimIdleMs: number;
   private readonly fields: Required<StreamFields>;
   private readonly deadLetters: string | false;
+  private readonly maxBodyBytes: number;
   private readonly acks: Batcher<string, null>;
   // Entries handed to the inbox and not settled: read again (own pending after a reconnect, or
   // claimed back while slow) they are skipped, not handed twice.
@@ -148,6 +150,7 @@ class RedisStreamsSource implements BrokerSource {
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
     this.fields = { id: 'id', type: 'type', data: 'data', ...options.fields };
     this.deadLetters = options.deadLetterStream ?? `${stream}:dead`;
+    this.maxBodyBytes = bodyLimit(options, `redis streams source ${name}`);
     this.life = new ConnectionLife(`redis streams source ${name}`, options.logger);
     // Acks of one batch go as one XACK; on the connection current when sent (ids are the group's, not a connection's).
     this.acks = new Batcher(async (ids) => {
@@ -269,18 +272,7 @@ class RedisStreamsSource implements BrokerSource {
       }
       const fields = new Map<string, string>();
       for (let i = 0; i + 1 < raw.length; i += 2) fields.set(String(raw[i]), String(raw[i + 1]));
-      const body = fields.get(this.fields.data);
-      let data: unknown = null;
-      try {
-        if (body !== undefined) data = JSON.parse(body);
-      } catch {
-        this.options.logger?.warn(
-          { source: this.name, stream: this.options.stream, entry: entryId },
-          `oncely redis streams source ${this.name}: a body that is not JSON is rejected`,
-        );
-        void this.reject(entryId, raw, 'the body is not JSON').catch(() => {});
-        continue;
-      }
+      const { data, refusal } = readBody(fields.get(this.fields.data), this.maxBodyBytes);
       this.holding.add(entryId);
       const id = fields.get(this.fields.id);
       const release = () => void this.holding.delete(entryId);
@@ -288,6 +280,7 @@ class RedisStreamsSource implements BrokerSource {
         id: id === '' ? undefined : id,
         type: fields.get(this.fields.type) ?? this.options.stream,
         data,
+        ...(refusal !== undefined ? { refusal } : {}),
         ack: () =>
           this.acks
             .push(entryId)

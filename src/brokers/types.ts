@@ -14,11 +14,13 @@ export interface BrokerMessage {
   readonly type: string;
   /** The decoded body. */
   readonly data: unknown;
+  /** Why the source could not read it (a body over `maxBodyBytes`, or not JSON): the inbox rejects it. */
+  readonly refusal?: string;
   /** Acknowledges: the event row is committed, or it was a duplicate. */
   ack(): Promise<void>;
   /** Gives the message back for redelivery (the intake failed: the database is down). */
   retry(): Promise<void>;
-  /** Refuses it for good, to the broker's own dead-letter mechanism (no id, a body that is not JSON). */
+  /** Refuses it for good, to the broker's own dead-letter mechanism (no id, a body it cannot take, one the database refuses). */
   reject(reason: string): Promise<void>;
   /** Pushes the broker's redelivery deadline back while the intake still runs (JetStream `working()`). */
   working?(): void;

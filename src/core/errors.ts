@@ -87,6 +87,7 @@ export const ERRORS = {
   EVENT_ID_MISSING: { status: 400, meaning: 'the event carries no id' },
   EVENT_ID_INVALID: { status: 400, meaning: 'the event id is not a usable key' },
   EVENT_TYPE_MISSING: { status: 400, meaning: 'the event carries no type' },
+  EVENT_TYPE_INVALID: { status: 400, meaning: 'the event type is over 128 characters or not printable text' },
   // The data store (`ctx.store` answers these as `{ ok: false, error }`)
   TABLE_UNKNOWN: { status: 500, meaning: 'no table of that name in the app schema' },
   COLUMN_UNKNOWN: { status: 500, meaning: 'the table has no column of that name' },

@@ -91,3 +91,27 @@ export function validateId(id: unknown, name: string): string {
     );
   return id;
 }
+
+/**
+ * Longest event type accepted, in characters: a type is a metric label, a log field and a
+ * consumer's file name (`consumers/<source>/<type>.ts`), so it is a name, not a payload.
+ */
+export const MAX_EVENT_TYPE_LENGTH = 128;
+
+/**
+ * Checks an event type, the one rule of every intake (webhooks, broker inboxes, the event queue):
+ * 1 to MAX_EVENT_TYPE_LENGTH printable characters, not only whitespace, else EVENT_TYPE_INVALID.
+ * A NUL byte, which PostgreSQL cannot store in text, is not printable.
+ */
+export function validateEventType(type: unknown): string {
+  if (typeof type !== 'string' || type.trim().length === 0)
+    throw new OncelyError('EVENT_TYPE_INVALID', 'an event type must be a non-empty string');
+  if (type.length > MAX_EVENT_TYPE_LENGTH && [...type].length > MAX_EVENT_TYPE_LENGTH)
+    throw new OncelyError('EVENT_TYPE_INVALID', `an event type must be at most ${MAX_EVENT_TYPE_LENGTH} characters`);
+  if (!plainAscii(type) && NOT_PRINTABLE.test(type))
+    throw new OncelyError(
+      'EVENT_TYPE_INVALID',
+      'an event type must be printable text, without control or invisible characters',
+    );
+  return type;
+}

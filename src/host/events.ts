@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { backoffDelay, sleep } from '../core/backoff.js';
 import { type Clock, systemClock } from '../core/clock.js';
 import { isContractError, OncelyError } from '../core/errors.js';
-import { validateKey } from '../core/key.js';
+import { validateEventType, validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
 import { type DecisionEvent, Observer, type OncelyLogger } from '../core/observer.js';
 import { endSpan, startSpan, withSpan } from '../core/tracing.js';
@@ -66,6 +66,9 @@ const OUTCOMES: readonly EventOutcome[] = [
   'deferred',
 ];
 const MAX_ERROR_LENGTH = 2_000;
+
+/** The `type` label of events whose type no consumer declares (metrics, totals, `GET /v1/stats`). */
+export const UNDECLARED_TYPE = '(other)';
 
 const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
 // Events per statement of intakeMany: 8 placeholders each, far below SQLite's and PostgreSQL's bounds.
@@ -147,6 +150,7 @@ export class EventQueue {
     tx?: Sql,
   ): Promise<'accepted' | 'duplicate' | 'conflict'> {
     validateKey(id);
+    validateEventType(type);
     if (typeof source !== 'string' || source.length === 0 || source.includes('/'))
       throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
     const payload = JSON.stringify(data ?? null);
@@ -155,7 +159,7 @@ export class EventQueue {
       const now = this.clock.now();
       const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
-      await count('oncely_events_total', [source, type, outcome]);
+      await count('oncely_events_total', [source, this.label(source, type), outcome]);
       return outcome;
     };
     const outcome = tx
@@ -185,6 +189,7 @@ export class EventQueue {
       throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
     const rows = events.map(({ id, type, data }) => {
       validateKey(id);
+      validateEventType(type);
       const payload = JSON.stringify(data ?? null);
       return { id, type, payload, hash: bodyHash(type, payload) };
     });
@@ -222,7 +227,7 @@ export class EventQueue {
     }
     const groups = new Map<string, { type: string; outcome: string; n: number }>();
     for (const [i, outcome] of outcomes.entries()) {
-      const type = (rows[i] as (typeof rows)[number]).type;
+      const type = this.label(source, (rows[i] as (typeof rows)[number]).type);
       const group = groups.get(`${type}\n${outcome}`) ?? { type, outcome, n: 0 };
       group.n++;
       groups.set(`${type}\n${outcome}`, group);
@@ -298,7 +303,8 @@ export class EventQueue {
         for (const { source, id } of target)
           rows.push(...(await all<{ source: string; type: string }>(tx, q.replayOneDead(source, id, now))));
       const byType = new Map<string, [string, string, number]>();
-      for (const { source, type } of rows) {
+      for (const { source, type: stored } of rows) {
+        const type = this.label(source, stored);
         const at = JSON.stringify([source, type]);
         const seen = byType.get(at);
         if (seen) seen[2]++;
@@ -410,7 +416,10 @@ export class EventQueue {
     }
   }
 
-  /** One delivery to the consumer, in one transaction with the event's completion and its counts, under one span. */
+  /**
+   * One delivery to the consumer, in one transaction with the event's completion and its counts,
+   * under one span. Its type has a consumer, so it is counted under its own label.
+   */
   private async consume(binding: ConsumerBinding, event: HostEvent, claim: Claim<q.ClaimedRow>): Promise<void> {
     const span = startSpan(this.observer.activeTracer, 'oncely.consume', {
       'oncely.source': event.source,
@@ -510,7 +519,11 @@ export class EventQueue {
     );
     const failed = await this.totals.transaction(async (tx, { count }) => {
       if (!(await this.work.fail(tx, claim, plan, describe(error)))) return false;
-      await count('oncely_events_total', [row.source, row.type, dead ? 'dead_lettered' : 'retrying']);
+      await count('oncely_events_total', [
+        row.source,
+        this.label(row.source, row.type),
+        dead ? 'dead_lettered' : 'retrying',
+      ]);
       return true;
     });
     if (failed && dead)
@@ -523,6 +536,15 @@ export class EventQueue {
         error: describe(error),
       });
     if (!dead) setTimeout(() => this.wake(), next - now).unref();
+  }
+
+  /**
+   * The type label an event is counted under: its own where a consumer declares it, else
+   * UNDECLARED_TYPE. Types come from senders; each label is a series kept for the life of the
+   * process and a totals row, so only the app's own types may add one.
+   */
+  private label(source: string, type: string): string {
+    return this.options.consumerFor(source, type) ? type : UNDECLARED_TYPE;
   }
 
   /** Hands a decision about an event to the observer: its logger and hook, when it has them. */

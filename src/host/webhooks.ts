@@ -1,6 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { ERRORS, type ErrorCode, OncelyError } from '../core/errors.js';
-import { validateKey } from '../core/key.js';
+import { validateEventType, validateKey } from '../core/key.js';
 
 /**
  * How one source sends its events: where the event id and type are, and how requests are signed.
@@ -423,5 +423,10 @@ function readEvent(
   }
   const type = typeOf(fields);
   if (typeof type !== 'string') return type;
+  try {
+    validateEventType(type);
+  } catch (error) {
+    return refuse('EVENT_TYPE_INVALID', (error as Error).message);
+  }
   return { ok: true, id: text as string, type, data: body };
 }

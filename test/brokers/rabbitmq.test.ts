@@ -127,9 +127,9 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       await until('the good message', async () => (await events.stats()).accepted === 1);
       expect((await stored()).map((e) => e.event_id)).toEqual(['evt-ok']);
       const warnings = lines.filter((l) => l.level === 'warn');
-      expect(warnings.map((l) => l.message).sort()).toEqual([
-        'broker message rejected',
-        "oncely rabbitmq source orders: a body that is not JSON is rejected (to the queue's dead-letter exchange, if any)",
+      expect(warnings.map((l) => [l.message, l.fields.reason]).sort()).toEqual([
+        ['broker message rejected', 'the body is not JSON'],
+        ['broker message rejected', 'the message has no id: it is rejected, never processed without a key'],
       ]);
       const dead = [await admin.get(`${queue}.dead`), await admin.get(`${queue}.dead`)];
       expect(dead.map((m) => (m ? m.content.toString() : null)).sort()).toEqual(['not json', '{"orderId":"no-id"}']);

@@ -122,9 +122,12 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       expect(
         lines
           .filter((l) => l.level === 'warn')
-          .map((l) => l.message)
+          .map((l) => [l.message, l.fields.reason])
           .sort(),
-      ).toEqual(['broker message rejected', 'oncely redis streams source orders: a body that is not JSON is rejected']);
+      ).toEqual([
+        ['broker message rejected', 'the body is not JSON'],
+        ['broker message rejected', 'the message has no id: it is rejected, never processed without a key'],
+      ]);
     });
 
     it("claims a dead consumer's pending entries with XAUTOCLAIM once idle, and reads its own at once after a restart", async () => {
