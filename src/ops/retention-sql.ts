@@ -63,10 +63,19 @@ export const OUTBOX: PurgeTarget = {
     ),
 };
 
-/** Finished flows (completed, failed, cancelled) by their last update; their steps and signals go with them. */
+/**
+ * Finished flows (completed, cancelled) by their last update; their steps and signals go with them.
+ * A failed flow waits for an operator's retry, which reruns only its failed step: it is a dead
+ * letter, kept as those are (by deadLetters), since purging its memoized steps would make a later
+ * start run every step again.
+ */
 export const FLOWS: PurgeTarget = {
   table: 'oncely_flows',
-  where: (c) => olderThan("status IN ('completed', 'failed', 'cancelled')", 'updated_at', c.flows),
+  where: (c) =>
+    anyOf(
+      olderThan("status IN ('completed', 'cancelled')", 'updated_at', c.flows),
+      olderThan("status = 'failed'", 'updated_at', c.deadLetters),
+    ),
 };
 
 /** The tables whose rows belong to one flow, deleted with it. */
