@@ -71,11 +71,21 @@ export const OUTBOX: PurgeTarget = {
  */
 export const FLOWS: PurgeTarget = {
   table: 'oncely_flows',
-  where: (c) =>
-    anyOf(
+  where: (c) => {
+    const past = anyOf(
       olderThan("status IN ('completed', 'cancelled')", 'updated_at', c.flows),
       olderThan("status = 'failed'", 'updated_at', c.deadLetters),
-    ),
+    );
+    if (!past) return null;
+    // Led by the partial index's own condition (oncely_flows_finished) and the latest cutoff, so
+    // either planner seeks the index's (status, updated_at) ranges; SQLite's reads a partial index
+    // only for a WHERE that names its condition, which the OR of the two retentions does not.
+    const latest = Math.max(...[c.flows, c.deadLetters].filter((cut): cut is number => cut !== null));
+    return {
+      text: `status IN ('completed', 'failed', 'cancelled') AND updated_at <= ? AND (${past.text})`,
+      values: [latest, ...past.values],
+    };
+  },
 };
 
 /** The tables whose rows belong to one flow, deleted with it. */
