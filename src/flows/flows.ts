@@ -224,7 +224,11 @@ export class Flows {
     return rows.map(toRecord);
   }
 
-  /** A flow with its steps and signals (who approved, and when). */
+  /**
+   * A flow with its steps and signals (who approved, and when). A step's `attempts` count every
+   * try, one a crash cut short included; its `error` is its last failed try's (on a completed step,
+   * why it was tried again: a run that ended mid-step is LEASE_LOST naming that run).
+   */
   async show(workflowId: string) {
     const flow = await this.get(workflowId);
     if (!flow) return null;
@@ -234,6 +238,7 @@ export class Flows {
       result: string | null;
       error: string | null;
       attempts: number;
+      run: number | string | null;
       started_at: number | string;
       completed_at: number | string | null;
     }>(this.options.db, q.listSteps(workflowId));
@@ -252,6 +257,8 @@ export class Flows {
         result: s.result === null ? null : JSON.parse(s.result),
         error: s.error === null ? null : JSON.parse(s.error),
         attempts: Number(s.attempts),
+        // The run (the flow's claim count) that last wrote the step: its outcome's, or the attempt's in flight.
+        run: s.run === null ? null : Number(s.run),
         startedAt: Number(s.started_at),
         completedAt: s.completed_at === null ? null : Number(s.completed_at),
       })),

@@ -73,7 +73,7 @@ export const listFlows = (status: string | undefined, limit: number): Statement 
     : { text: 'SELECT * FROM oncely_flows ORDER BY created_at DESC LIMIT ?', values: [limit] };
 
 export const listSteps = (workflowId: string): Statement => ({
-  text: `SELECT step_id, status, result, error, attempts, started_at, completed_at FROM oncely_flow_steps
+  text: `SELECT step_id, status, result, error, attempts, run, started_at, completed_at FROM oncely_flow_steps
     WHERE workflow_id = ? ORDER BY started_at, step_id`,
   values: [workflowId],
 });
