@@ -3,14 +3,14 @@ import { OncelyError } from '../core/errors.js';
 import type { Host } from '../host/host.js';
 import { appDir, withDir } from './dir.js';
 
-interface HostOptions {
+export interface HostOptions {
   dir?: string;
   db?: string;
   poolSize?: string;
 }
 
 /** Apps are TypeScript folders: their files load through tsx, registered only by commands that load an app. */
-async function host(dir: string, options: HostOptions): Promise<Host> {
+export async function host(dir: string, options: HostOptions): Promise<Host> {
   const [{ registerAppLoader }, { openHost }] = await Promise.all([
     import('./app-loader.js'),
     import('../host/open.js'),
@@ -25,7 +25,7 @@ async function host(dir: string, options: HostOptions): Promise<Host> {
   return openHost(dir, options.db, { poolSize });
 }
 
-const dbOption = [
+export const dbOption = [
   '--db <target>',
   'SQLite file or postgres:// URL (default: the app config, else <dir>/.oncely/app.db)',
 ] as const;
@@ -148,48 +148,6 @@ export function addHostCommands(program: Command): void {
       const app = await host(appDir(undefined, options), options);
       const replayed = await app.events.replay(options.all ? 'all' : targets);
       console.log(`replayed ${replayed} event(s) with their original ids; the next serve processes them`);
-      await app.stop();
-    });
-}
-
-/** Adds `flows list|show|retry` to the CLI: they read the app's database, the app's workers run the flows. */
-export function addFlowCommands(program: Command): void {
-  const flows = program.command('flows').description('durable flows of an app: list, show, retry');
-  const withFlows = async (dir: string, options: HostOptions) => {
-    const app = await host(dir, options);
-    if (!app.flows) {
-      await app.stop();
-      throw new OncelyError('FLOWS_UNAVAILABLE', `${dir} has no flows/ folder`);
-    }
-    return { app, flows: app.flows };
-  };
-  withDir(flows.command('list').description('flows with their status, runs and error'))
-    .argument('[dir]', 'app folder (default: .)')
-    .option(...dbOption)
-    .option('--status <status>', 'pending, running, waiting, completed or failed')
-    .action(async (arg: string | undefined, options: HostOptions & { status?: 'failed' }) => {
-      const { app, flows: api } = await withFlows(appDir(arg, options), options);
-      for (const f of await api.list({ status: options.status }))
-        console.log(`${f.workflowId}\t${f.status}\truns ${f.runs}\t${f.error?.message ?? ''}`);
-      await app.stop();
-    });
-  withDir(flows.command('show').description('one flow as JSON: input, steps, signals, result'))
-    .argument('<workflowId>')
-    .option(...dbOption)
-    .action(async (workflowId: string, options: HostOptions) => {
-      const { app, flows: api } = await withFlows(appDir(undefined, options), options);
-      const shown = await api.show(workflowId);
-      console.log(shown ? JSON.stringify(shown, null, 2) : `no flow ${workflowId}`);
-      await app.stop();
-    });
-  withDir(flows.command('retry').description('resume a failed flow from its failed step'))
-    .argument('<workflowId>')
-    .option(...dbOption)
-    .action(async (workflowId: string, options: HostOptions) => {
-      const { app, flows: api } = await withFlows(appDir(undefined, options), options);
-      console.log(
-        (await api.retry(workflowId)) ? `${workflowId} resumes from its failed step` : `${workflowId} is not failed`,
-      );
       await app.stop();
     });
 }

@@ -2,7 +2,8 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { appDir, withDir } from './dir.js';
-import { addFlowCommands, addHostCommands } from './host-commands.js';
+import { addFlowCommands } from './flows.js';
+import { addHostCommands } from './host-commands.js';
 import { addPurgeCommand } from './purge.js';
 import { addReconcileCommand } from './reconcile.js';
 import { addRecordCommands } from './records.js';

@@ -31,7 +31,7 @@ import { CallCounts, type CountedCall, RAN } from './counts.js';
 import type { CrashWindow, TestHooks } from './hooks.js';
 import { type ClaimIn, LeaseKeeper } from './lease.js';
 import { type ActionOptions, type ResolvedOptions, resolveOptions, storesError } from './options.js';
-import { decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
+import { checkResultSize, decodeError, decodeValue, encodeError, encodeValue } from './outcome.js';
 import {
   checkSettler,
   type Reconcile,
@@ -665,17 +665,10 @@ export class Oncely {
     let result: string;
     try {
       result = encodeValue(value);
+      checkResultSize(result, options.maxResultBytes);
     } catch (error) {
-      // The effect happened; a result JSON cannot hold (a bigint, a cycle) is stored as a failure,
-      // as a too-large one is, so retries replay the failure instead of running the effect again.
-      return this.storeFailure(record, error, options, tx, keeper, track);
-    }
-    if (result.length * 3 > options.maxResultBytes && Buffer.byteLength(result) > options.maxResultBytes) {
-      // The effect happened; storing it as a failure keeps it from happening again.
-      const error = new OncelyError(
-        'RESULT_TOO_LARGE',
-        `result is larger than maxResultBytes (${options.maxResultBytes})`,
-      );
+      // The effect happened; a result JSON cannot hold (a bigint, a cycle) or too large is stored
+      // as a failure, so retries replay the failure instead of running the effect again.
       return this.storeFailure(record, error, options, tx, keeper, track);
     }
     const decoded = decodeValue<T>(result);

@@ -17,8 +17,13 @@ type Outcome = { v?: unknown } | { e: StoredError };
  * write at all (a bigint, a cycle, a throwing toJSON) is RESULT_NOT_SERIALIZABLE.
  */
 export function encodeValue(value: unknown): string {
+  return encodeJson({ v: value } satisfies Outcome);
+}
+
+/** JSON text of `value` (a flow step's result too); what JSON cannot write is RESULT_NOT_SERIALIZABLE. */
+export function encodeJson(value: unknown): string {
   try {
-    return JSON.stringify({ v: value } satisfies Outcome);
+    return JSON.stringify(value);
   } catch (cause) {
     throw new OncelyError(
       'RESULT_NOT_SERIALIZABLE',
@@ -26,6 +31,16 @@ export function encodeValue(value: unknown): string {
       { cause },
     );
   }
+}
+
+/**
+ * RESULT_TOO_LARGE when `text` (an encoded result) is over `maxBytes` of UTF-8: the effect that made
+ * it happened, so the caller stores this as its failure rather than run the effect again.
+ */
+export function checkResultSize(text: string, maxBytes: number): void {
+  // A string of n UTF-16 units is at most 3n bytes: most results are measured without encoding.
+  if (text.length * 3 > maxBytes && Buffer.byteLength(text) > maxBytes)
+    throw new OncelyError('RESULT_TOO_LARGE', `result is larger than maxResultBytes (${maxBytes})`);
 }
 
 /** JSON text of a failure: name, message and code of the error, never its stack. */

@@ -8,9 +8,11 @@ import { type ObserveOptions, Observer } from '../core/observer.js';
 import { endSpan, startSpan, tracingReady, withSpan } from '../core/tracing.js';
 import type { Db, Sql } from '../db/types.js';
 import type { TestHooks } from '../engine/hooks.js';
+import { resolveOptions } from '../engine/options.js';
+import { logFailure } from '../host/failure-log.js';
 import { type Claim, type Statement, WorkQueue } from '../work/index.js';
 import type { AnyFlow, FlowDefinition } from './define.js';
-import { type ExecutionOutcome, executeFlow } from './replay.js';
+import { type ExecutionOutcome, executeFlow, KEPT_FAILURES } from './replay.js';
 import * as q from './sql.js';
 import { FLOW_WORK, JUST_STARTED, migrateFlowTables, runnable } from './tables.js';
 
@@ -30,6 +32,12 @@ export interface FlowsOptions extends ObserveOptions {
   lease?: Duration;
   /** How often an idle worker looks for work. Default '200ms'. */
   poll?: Duration;
+  /**
+   * Largest result a step (or the flow) may store, in bytes of JSON: over it, the step fails with
+   * RESULT_TOO_LARGE, stored as the engine stores it (the effect happened: a retry does not run it
+   * again). Default the engine's, 1 MiB.
+   */
+  maxResultBytes?: number;
   /** What starts, leases and due times are judged by (a test's manual clock); timers stay real. Default the system clock. */
   clock?: Clock;
   /**
@@ -104,6 +112,7 @@ export class Flows {
   private readonly clock: Clock;
   private readonly pollMs: number;
   private readonly concurrency: number;
+  private readonly maxResultBytes: number;
   private readonly running = new Map<string, Promise<void>>();
   // The claim each running flow writes under: a newer claim of a flow already running here replaces it.
   private readonly claims = new Map<string, Claim<ClaimedFlow>>();
@@ -120,6 +129,8 @@ export class Flows {
     });
     this.pollMs = toMs(options.poll ?? '200ms', 'poll');
     this.concurrency = options.concurrency ?? 16;
+    // The engine's default and check: one cap for every stored result.
+    this.maxResultBytes = resolveOptions({ maxResultBytes: options.maxResultBytes }).maxResultBytes;
     this.observer = new Observer(options);
   }
 
@@ -213,7 +224,11 @@ export class Flows {
     return rows.map(toRecord);
   }
 
-  /** A flow with its steps and signals (who approved, and when). */
+  /**
+   * A flow with its steps and signals (who approved, and when). A step's `attempts` count every
+   * try, one a crash cut short included; its `error` is its last failed try's (on a completed step,
+   * why it was tried again: a run that ended mid-step is LEASE_LOST naming that run).
+   */
   async show(workflowId: string) {
     const flow = await this.get(workflowId);
     if (!flow) return null;
@@ -223,6 +238,7 @@ export class Flows {
       result: string | null;
       error: string | null;
       attempts: number;
+      run: number | string | null;
       started_at: number | string;
       completed_at: number | string | null;
     }>(this.options.db, q.listSteps(workflowId));
@@ -231,6 +247,7 @@ export class Flows {
       name: string;
       payload: string;
       received_at: number | string;
+      seq: number | string | null;
     }>(this.options.db, q.listSignals(workflowId));
     return {
       ...flow,
@@ -240,6 +257,8 @@ export class Flows {
         result: s.result === null ? null : JSON.parse(s.result),
         error: s.error === null ? null : JSON.parse(s.error),
         attempts: Number(s.attempts),
+        // The run (the flow's claim count) that last wrote the step: its outcome's, or the attempt's in flight.
+        run: s.run === null ? null : Number(s.run),
         startedAt: Number(s.started_at),
         completedAt: s.completed_at === null ? null : Number(s.completed_at),
       })),
@@ -248,16 +267,25 @@ export class Flows {
         name: s.name,
         payload: JSON.parse(s.payload),
         receivedAt: Number(s.received_at),
+        // The signal's place among the flow's signals, as waits take them (1 for the first delivered).
+        seq: Number(s.seq),
       })),
     };
   }
 
-  /** Resumes a failed flow from its failed step (completed steps are not run again). */
+  /**
+   * Resumes a failed flow from its failed step (completed steps are not run again). A step whose
+   * effect happened but whose result could not be stored (RESULT_NOT_SERIALIZABLE,
+   * RESULT_TOO_LARGE) stays failed: the retry answers its failure and does not run it again.
+   */
   async retry(workflowId: string): Promise<boolean> {
     const now = this.clock.now();
     const resumed = await this.options.db.transaction(async (tx) => {
       const changed = await run(tx, q.retryFailed(workflowId, now));
-      if (changed === 1) await run(tx, q.deleteFailedSteps(workflowId));
+      if (changed === 1)
+        for (const step of await all<{ step_id: string; error: string | null }>(tx, q.failedSteps(workflowId)))
+          if (!KEPT_FAILURES.has((JSON.parse(step.error ?? '{}') as { code?: string }).code ?? ''))
+            await run(tx, q.deleteStep(workflowId, step.step_id));
       return changed === 1;
     });
     this.wake?.();
@@ -394,6 +422,7 @@ export class Flows {
         JSON.parse(claim.row.input),
         () => held.holds(),
         this.observer,
+        this.maxResultBytes,
         // The claim's fence may move on (this process claimed the flow again): read it at each window.
         hooks && { at: hooks, fence: () => claim.fence },
       );
@@ -411,6 +440,15 @@ export class Flows {
       if (!(await this.work.complete(db, claim, 'failed', { error: JSON.stringify(outcome.error) })))
         return 'lease_lost';
       metrics.add('oncely_flows_total', [flow.name, 'failed']);
+      // Never silent: with a logger the decision below is the line; without one, a line on stderr.
+      if (!this.options.logger)
+        logFailure(
+          undefined,
+          'flow failed',
+          `flow ${id}, run ${claim.attempts}; oncely flows retry ${id} resumes it`,
+          {},
+          Object.assign(new Error(outcome.error.message), { name: outcome.error.name, code: outcome.error.code }),
+        );
       if (this.observer.listening)
         this.observer.decide({
           decision: 'flow_failed',

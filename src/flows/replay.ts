@@ -5,6 +5,7 @@ import type { Observer } from '../core/observer.js';
 import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import type { Db } from '../db/types.js';
 import type { CrashWindow, HookCall, TestHooks } from '../engine/hooks.js';
+import { checkResultSize, encodeJson, type StoredError } from '../engine/outcome.js';
 import type { Statement } from '../work/index.js';
 import type { AnyFlow, FlowRun, StepContext, StepOptions } from './define.js';
 import * as q from './sql.js';
@@ -31,10 +32,34 @@ export class StepFailed extends OncelyError {
 }
 
 interface StepRow {
-  status: 'completed' | 'failed' | 'waiting';
+  step_id: string;
+  /** `running`: an attempt began and stored no outcome yet. */
+  status: 'running' | 'completed' | 'failed' | 'waiting';
   result: string | null;
   error: string | null;
+  attempts: number | string;
+  /** The flow's claim count when the row was last written; null on rows older than flows migration 4. */
+  run: number | string | null;
   started_at: number | string;
+}
+
+/** A step's stored outcome, which a replay answers from (not an attempt in flight or a wait). */
+const isMemo = (row: StepRow | undefined) => row?.status === 'completed' || row?.status === 'failed';
+
+/**
+ * Failures of a step whose effect happened but whose result cannot be stored: kept when a failed
+ * flow is retried (flows.retry), so the retry answers them rather than run the effect again, as
+ * the engine replays them.
+ */
+export const KEPT_FAILURES: ReadonlySet<string> = new Set(['RESULT_NOT_SERIALIZABLE', 'RESULT_TOO_LARGE']);
+
+/** Why an attempt stored as begun has no outcome: the run that began it ended first. */
+function interrupted(row: StepRow): StoredError {
+  return {
+    name: 'LeaseLostError',
+    message: `run ${row.run ?? '?'} ended during attempt ${row.attempts} without storing its outcome (its process died, its claim was taken over or its database failed)`,
+    code: 'LEASE_LOST',
+  };
 }
 
 /** What the worker learns from one execution. */
@@ -43,7 +68,7 @@ export type ExecutionOutcome =
   | { status: 'failed'; error: { name: string; message: string; code: string } }
   | { status: 'suspended'; reason: 'waiting' | 'lease_lost'; wakeAt: number | null };
 
-function errorOf(error: unknown): { name: string; message: string; code: string } {
+function errorOf(error: unknown): StoredError {
   const e = error as { name?: unknown; message?: unknown; code?: unknown };
   return {
     name: typeof e?.name === 'string' ? e.name : 'Error',
@@ -101,6 +126,7 @@ export async function executeFlow(
   input: unknown,
   holds: () => boolean,
   observer: Observer,
+  maxResultBytes: number,
   hooks?: RunHooks,
 ): Promise<ExecutionOutcome> {
   const { metrics } = observer;
@@ -131,9 +157,7 @@ export async function executeFlow(
   const write = ({ text, values }: Statement) => db.run(text, values);
   const read = async (stepId: string) => (await all<StepRow>(q.readStep(workflowId, stepId)))[0];
   // Every step stored so far, read once: a replay answers from memory, a first run reads nothing more.
-  const stored = new Map(
-    (await all<StepRow & { step_id: string }>(q.readSteps(workflowId))).map((row) => [row.step_id, row] as const),
-  );
+  const stored = new Map((await all<StepRow>(q.readSteps(workflowId))).map((row) => [row.step_id, row] as const));
 
   /** What one step did in this execution: answered from its memo (stored earlier), or ran `attempts` times. */
   interface Done<T> {
@@ -151,7 +175,7 @@ export async function executeFlow(
   ): Promise<Done<T>> => {
     const index = stepIndex++;
     // Stored by an earlier execution: answered from its memo, a failure too, and counted as memoized.
-    const earlier = stored.has(stepId);
+    const earlier = isMemo(stored.get(stepId));
     const span = tracer
       ? startSpan(tracer, 'oncely.step', {
           'oncely.flow': flow.name,
@@ -187,40 +211,30 @@ export async function executeFlow(
     options: StepOptions,
   ): Promise<Done<T>> => {
     const memo = stored.get(stepId);
-    if (memo?.status === 'completed') {
-      const value = JSON.parse(memo.result ?? 'null') as T;
-      if (options.compensate) compensations.push({ stepId, value, compensate: options.compensate });
-      return { value, memoized: true, attempts: 0 };
-    }
+    if (memo?.status === 'completed') return answer(memo, options, true);
     if (memo?.status === 'failed') throw new StepFailed(stepId, JSON.parse(memo.error ?? '{}'));
     const { attempts = 3, backoff = '100ms', maxBackoff = '10s', final } = options.retry ?? {};
-    const startedAt = Date.now();
-    // Tests only (one check per window when off): the step starts under the run's claim, not memoized.
-    if (hooks) await at(hooks, 'claimed', stepId, 1);
-    for (let attempt = 1; ; attempt++) {
+    // Still `running`: the run that began its last attempt ended before storing an outcome.
+    let previous = memo?.status === 'running' ? interrupted(memo) : null;
+    for (let tried = 0; ; tried++) {
       if (!holds()) throw new Suspend('lease_lost');
+      // The attempt is stored before its effect, so one a crash cut short is counted and shown.
+      const [begun] = await durable(() =>
+        all<{ attempts: number | string }>(
+          q.startStep(workflowId, stepId, previous && JSON.stringify(previous), Date.now()),
+        ),
+      );
+      if (!begun) return settled(stepId, options);
+      const attempt = Number(begun.attempts);
+      // Tests only (one check per window when off): the step starts under the run's claim, not memoized.
+      if (hooks && tried === 0) await at(hooks, 'claimed', stepId, attempt);
       let value: T;
       if (hooks) await at(hooks, 'before-effect', stepId, attempt);
       try {
         value = await fn(stepContext(stepId, attempt));
       } catch (error) {
         if (error instanceof Suspend) throw error;
-        if (attempt >= attempts || final?.(error) === true) {
-          const failure = errorOf(error);
-          await durable(() =>
-            write(
-              q.insertStep(workflowId, stepId, 'failed', null, JSON.stringify(failure), attempt, startedAt, Date.now()),
-            ),
-          );
-          stored.set(stepId, {
-            step_id: stepId,
-            status: 'failed',
-            result: null,
-            error: JSON.stringify(failure),
-            started_at: startedAt,
-          });
-          throw new StepFailed(stepId, failure);
-        }
+        if (attempt >= attempts || final?.(error) === true) return fail(stepId, errorOf(error), options);
         if (kind === 'step') {
           metrics.add('oncely_flow_steps_total', [flow.name, 'retried']);
           if (observer.listening)
@@ -234,33 +248,65 @@ export async function executeFlow(
               detail: { workflowId, stepId },
             });
         }
+        previous = errorOf(error);
         await sleep(backoffDelay(attempt, toMs(backoff, 'backoff'), toMs(maxBackoff, 'maxBackoff')));
         continue;
       }
       // The step returned (its effect happened); its completion is not stored yet.
       if (hooks) await at(hooks, 'after-effect', stepId, attempt);
-      const text = JSON.stringify(value ?? null);
+      let text: string;
+      try {
+        text = encodeJson(value ?? null);
+        checkResultSize(text, maxResultBytes);
+      } catch (error) {
+        // Stored as the step's failure, as the engine stores it: a retry of the flow answers it
+        // instead of running the effect again (flows.retry keeps it).
+        return fail(stepId, errorOf(error), options);
+      }
       // First writer wins: a worker that lost its lease and ran the step too reads the winner's result.
-      const inserted = await durable(() =>
-        write(q.insertStep(workflowId, stepId, 'completed', text, null, attempt, startedAt, Date.now())),
+      const finished = await durable(() =>
+        write(q.finishStep(workflowId, stepId, 'completed', text, null, Date.now())),
       );
-      const result =
-        inserted === 1
-          ? (JSON.parse(text) as T)
-          : (JSON.parse((await durable(() => read(stepId)))?.result ?? 'null') as T);
-      // The same step id later in this run answers from memory, as a replay would.
-      stored.set(stepId, {
-        step_id: stepId,
-        status: 'completed',
-        result: JSON.stringify(result ?? null),
-        error: null,
-        started_at: startedAt,
-      });
-      if (options.compensate) compensations.push({ stepId, value: result, compensate: options.compensate });
+      if (finished === 0) return settled(stepId, options);
+      const done = answer<T>(remember(stepId, 'completed', text, null), options, false);
       // Stored: a crash from here on answers the step from its memo; the flow has not moved on.
       if (hooks) await at(hooks, 'completed', stepId, attempt);
-      return { value: result, memoized: false, attempts: attempt };
+      return { ...done, attempts: attempt };
     }
+  };
+
+  // The step's memo from now on: the same step id later in this run answers from it, as a replay would.
+  const remember = (stepId: string, status: 'completed' | 'failed', result: string | null, error: string | null) => {
+    const row = { step_id: stepId, status, result, error, attempts: 0, run: null, started_at: Date.now() };
+    stored.set(stepId, row);
+    return row;
+  };
+
+  // A completed step's value, its compensation registered.
+  const answer = <T>(row: StepRow, options: StepOptions, memoized: boolean): Done<T> => {
+    const value = JSON.parse(row.result ?? 'null') as T;
+    if (options.compensate) compensations.push({ stepId: row.step_id, value, compensate: options.compensate });
+    return { value, memoized, attempts: 0 };
+  };
+
+  // Fails the step for good, unless another run finished it first: then its outcome is the step's.
+  const fail = async <T>(stepId: string, failure: StoredError, options: StepOptions): Promise<Done<T>> => {
+    const error = JSON.stringify(failure);
+    const finished = await durable(() => write(q.finishStep(workflowId, stepId, 'failed', null, error, Date.now())));
+    if (finished === 0) return settled(stepId, options);
+    remember(stepId, 'failed', null, error);
+    throw new StepFailed(stepId, failure);
+  };
+
+  // The step was finished by another run (one that lost its lease, still running it): its outcome.
+  const settled = async <T>(stepId: string, options: StepOptions): Promise<Done<T>> => {
+    const row = await durable(() => read(stepId));
+    if (row?.status === 'completed') return answer(remember(stepId, 'completed', row.result, null), options, false);
+    if (row?.status === 'failed') {
+      remember(stepId, 'failed', null, row.error);
+      throw new StepFailed(stepId, JSON.parse(row.error ?? '{}'));
+    }
+    throw new Suspend('lease_lost');
   };
 
   const runStep = async <T>(
@@ -313,8 +359,10 @@ export async function executeFlow(
   };
 
   try {
-    const result = await flow.fn(run, input as never);
-    return { status: 'completed', result: JSON.parse(JSON.stringify(result ?? null)) };
+    const result = encodeJson((await flow.fn(run, input as never)) ?? null);
+    // The flow's result is stored as a step's is: within maxResultBytes, or the flow fails.
+    checkResultSize(result, maxResultBytes);
+    return { status: 'completed', result: JSON.parse(result) };
   } catch (error) {
     if (error instanceof Suspend) return { status: 'suspended', reason: error.reason, wakeAt: error.wakeAt };
     // Only the holder may undo a flow: a worker that lost its lease leaves that to the new holder.
@@ -323,7 +371,7 @@ export async function executeFlow(
     for (const done of compensations.reverse()) {
       const stepId = `compensate:${done.stepId}`;
       // Settled by an earlier execution (its memo): counted by the run that did it.
-      const earlier = stored.has(stepId);
+      const earlier = isMemo(stored.get(stepId));
       try {
         await observedStep('compensation', stepId, (ctx) => done.compensate(done.value, ctx));
         if (!earlier) metrics.add('oncely_flow_compensations_total', [flow.name, 'succeeded']);

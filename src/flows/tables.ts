@@ -64,6 +64,21 @@ const AGE_INDEXES = [
 // Null on rows written before this version.
 const ADD_STEP_RUN = 'ALTER TABLE oncely_flow_steps ADD COLUMN run INTEGER';
 
+/**
+ * Signals numbered by delivery (sql.ts insertSignal): waits took the n-th signal by `received_at`,
+ * the delivering process's clock, so a process whose clock was behind sorted its signal before one
+ * delivered earlier, and a wait took a signal an earlier wait had. Signals stored before this
+ * version are numbered in the order those waits read them (received_at, then signal_id), so a
+ * wait that took one keeps the same one. Unique per flow: two numberings of one flow cannot both commit.
+ */
+const SIGNAL_SEQ = [
+  'ALTER TABLE oncely_flow_signals ADD COLUMN seq BIGINT',
+  `UPDATE oncely_flow_signals SET seq = (SELECT COUNT(*) FROM oncely_flow_signals s
+    WHERE s.workflow_id = oncely_flow_signals.workflow_id AND (s.received_at < oncely_flow_signals.received_at
+      OR (s.received_at = oncely_flow_signals.received_at AND s.signal_id <= oncely_flow_signals.signal_id)))`,
+  'CREATE UNIQUE INDEX IF NOT EXISTS oncely_flow_signals_seq ON oncely_flow_signals (workflow_id, seq)',
+];
+
 /** The flows' versioned tables. */
 export const flowMigrations: Migrations = {
   component: 'flows',
@@ -72,6 +87,7 @@ export const flowMigrations: Migrations = {
     { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
     { version: 3, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
     { version: 4, sqlite: ADD_STEP_RUN, postgres: ADD_STEP_RUN },
+    { version: 5, sqlite: SIGNAL_SEQ, postgres: SIGNAL_SEQ },
   ],
 };
 

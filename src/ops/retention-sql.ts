@@ -63,10 +63,29 @@ export const OUTBOX: PurgeTarget = {
     ),
 };
 
-/** Finished flows (completed, failed, cancelled) by their last update; their steps and signals go with them. */
+/**
+ * Finished flows (completed, cancelled) by their last update; their steps and signals go with them.
+ * A failed flow waits for an operator's retry, which reruns only its failed step: it is a dead
+ * letter, kept as those are (by deadLetters), since purging its memoized steps would make a later
+ * start run every step again.
+ */
 export const FLOWS: PurgeTarget = {
   table: 'oncely_flows',
-  where: (c) => olderThan("status IN ('completed', 'failed', 'cancelled')", 'updated_at', c.flows),
+  where: (c) => {
+    const past = anyOf(
+      olderThan("status IN ('completed', 'cancelled')", 'updated_at', c.flows),
+      olderThan("status = 'failed'", 'updated_at', c.deadLetters),
+    );
+    if (!past) return null;
+    // Led by the partial index's own condition (oncely_flows_finished) and the latest cutoff, so
+    // either planner seeks the index's (status, updated_at) ranges; SQLite's reads a partial index
+    // only for a WHERE that names its condition, which the OR of the two retentions does not.
+    const latest = Math.max(...[c.flows, c.deadLetters].filter((cut): cut is number => cut !== null));
+    return {
+      text: `status IN ('completed', 'failed', 'cancelled') AND updated_at <= ? AND (${past.text})`,
+      values: [latest, ...past.values],
+    };
+  },
 };
 
 /** The tables whose rows belong to one flow, deleted with it. */

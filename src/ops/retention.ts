@@ -39,13 +39,16 @@ export interface RetentionConfig {
   events?: Ttl;
   /** Delivered outbox rows, by their delivery. Default '7d'. */
   outbox?: Ttl;
-  /** Finished flows (completed, failed, cancelled) with their steps and signals, by their last update. Default '30d'. */
+  /** Completed and cancelled flows with their steps and signals, by their last update. Default '30d'. */
   flows?: Ttl;
   /** Decided approvals (approved, rejected, expired), by their decision. Default '30d'. */
   approvals?: Ttl;
   /** Settled credit reservations (confirmed, released), by their settlement. Default '30d'. */
   reservations?: Ttl;
-  /** Dead-lettered events and outbox rows, by when they died. Default 'permanent' (kept until replayed). */
+  /**
+   * Dead-lettered events and outbox rows, by when they died, and failed flows (with their steps and
+   * signals), by their last update. Default 'permanent' (kept until replayed or retried).
+   */
   deadLetters?: Ttl;
   /** Residual-duplicate findings, by the last scan that saw them. Default '90d'. */
   duplicateFindings?: Ttl;

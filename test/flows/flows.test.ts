@@ -212,10 +212,13 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       first = await flowsOf([def], { lease: '300ms', concurrency: 1 });
       const { workflowId } = await first.start(def, { id: 'T1' });
       await until(async () => calls.length === 1);
-      // The first worker stalls long enough for its lease to run out and another worker to claim the flow.
-      await db.run(`UPDATE oncely_flows SET lease_owner = 'stalled', lease_until = 0 WHERE workflow_id = ?`, [
-        workflowId,
-      ]);
+      // The first worker stalls long enough for its lease to run out and another worker to claim the
+      // flow. The fence moves on as well, as that claim moves it: otherwise the stalled worker's next
+      // renewal (every 100 ms) could extend the lease before the second worker polls, on a busy machine.
+      await db.run(
+        `UPDATE oncely_flows SET lease_owner = 'stalled', lease_until = 0, fence = fence + 1 WHERE workflow_id = ?`,
+        [workflowId],
+      );
       const second = await flowsOf([def], { db: await otherDb(), lease: '5s' });
       expect(await second.result(workflowId, { timeout: '10s' })).toBe('sent by 2');
       // The stalled worker learns at its next renewal (a third of its lease) that the flow is no longer
@@ -256,7 +259,13 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       expect((tries[1]?.at ?? 0) - (tries[0]?.at ?? 0)).toBeLessThan(40 + 30);
       expect((tries[2]?.at ?? 0) - (tries[1]?.at ?? 0)).toBeLessThan(80 + 30);
       const step = (await flows.show(workflowId))?.steps.find((s) => s.stepId === 'flaky');
-      expect(step).toMatchObject({ status: 'completed', attempts: 3, result: 'ok', error: null });
+      // A completed step keeps its last failed attempt's error: why it was retried.
+      expect(step).toMatchObject({
+        status: 'completed',
+        attempts: 3,
+        result: 'ok',
+        error: { code: 'STEP_ERROR', message: 'timeout 2' },
+      });
     });
 
     it('a final error fails the flow at once, without retries', async () => {

@@ -18,7 +18,7 @@ describe('flows when the database fails mid-run', () => {
       close: () => real.close(),
       all: (sql, params) => real.all(sql, params),
       run: (sql, params) => {
-        if (failNext && sql.includes("'completed'") && params?.[1] === 'b') {
+        if (failNext && sql.includes("status = 'completed'") && params?.includes('b')) {
           failNext = false;
           return Promise.reject(new Error('disk I/O error'));
         }

@@ -51,9 +51,13 @@ for (const database of DATABASES) {
       const dir = appFolder();
       const expected: Record<string, number> = {};
       for (const [table, p] of Object.entries(planted)) if (p.purged.length > 0) expected[table] = p.purged.length;
-      // The app's deadLetters '1d': the old dead event and the old dead outbox row go too.
+      // The app's deadLetters '1d': the old dead event, the old dead outbox row and the old failed
+      // flow (with its two steps and its signal) go too.
       expected.oncely_events = (expected.oncely_events ?? 0) + 1;
       expected.oncely_outbox = (expected.oncely_outbox ?? 0) + 1;
+      expected.oncely_flows = (expected.oncely_flows ?? 0) + 1;
+      expected.oncely_flow_steps = (expected.oncely_flow_steps ?? 0) + 2;
+      expected.oncely_flow_signals = (expected.oncely_flow_signals ?? 0) + 1;
 
       const reader = await openDb(target, { poolSize: 1 });
       cleanups.push(() => reader.close());
@@ -72,7 +76,7 @@ for (const database of DATABASES) {
       expect(Object.fromEntries(Object.entries(perTable(real.stdout)).filter(([, n]) => n > 0))).toEqual(expected);
       const after = await snapshot();
       for (const table of TABLES) {
-        const kept = (planted[table]?.kept ?? []).filter((id) => id !== 'dead-old');
+        const kept = (planted[table]?.kept ?? []).filter((id) => id !== 'dead-old' && !id.startsWith('failed-old'));
         expect(after[table], table).toEqual([...kept].sort());
       }
     }, 60_000);

@@ -119,7 +119,8 @@ export async function plant(host: Host, db: Db, now = Date.now()): Promise<Plant
          VALUES (?, 'fulfil', ?, '{}', 'h', ?, ?, ?)`,
         [id, id, status, t, t],
       );
-      const purged = gone(status, age, ['completed', 'failed', 'cancelled']);
+      // A failed flow is a dead letter: kept by default (its retry reruns only its failed step).
+      const purged = gone(status, age, ['completed', 'cancelled']);
       put('oncely_flows', id, purged);
       for (const step of ['charge', 'ship']) {
         await db.run(
