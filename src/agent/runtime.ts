@@ -31,7 +31,8 @@ import type { AnyTool, EffectTool, ReadTool } from './tool.js';
 /**
  * Options of `createAgentRuntime`. The observe options (`logger`, `onDecision`, `metrics`,
  * `tracer`) are createOncely's: the runtime counts `oncely_tool_calls_total` (each envelope's
- * delivery state), `oncely_approvals_total` and `oncely_credits_total`, and spans each call
+ * delivery state), `oncely_approvals_total`, `oncely_credits_total` and the credits a failed call
+ * gives back (`oncely_compensations_total`, surface tool), and spans each call
  * (`oncely.tool`, the engine's span its child). Give the engine (`once`) the same ones: it counts
  * and logs the tool calls' engine runs (surface `tool`).
  */
@@ -292,6 +293,20 @@ export class AgentRuntime {
   private countApproval(tool: string, decision: 'requested' | 'approved' | 'rejected' | 'expired'): void {
     this.observer.metrics.add('oncely_approvals_total', [tool, decision]);
   }
+  /**
+   * Gives a failed call's reserved credits back: the compensation of the four rates (surface
+   * tool), counted succeeded or failed. A failed give-back throws: the reservation stays for the
+   * sweep, and the caller sees why.
+   */
+  private async giveBack(actionId: string, tool: string): Promise<void> {
+    try {
+      await this.credits.release(actionId, tool);
+    } catch (error) {
+      this.observer.metrics.add('oncely_compensations_total', ['tool', tool, 'failed']);
+      throw error;
+    }
+    this.observer.metrics.add('oncely_compensations_total', ['tool', tool, 'succeeded']);
+  }
 
   /** Runs a read-only tool: no key, no record, no reservation. */
   private async read(
@@ -399,7 +414,7 @@ export class AgentRuntime {
             if (tool.cost && account) await this.credits.confirm(actionId, tool.name);
             return data;
           } catch (error) {
-            if (tool.cost && account) await this.credits.release(actionId, tool.name);
+            if (tool.cost && account) await this.giveBack(actionId, tool.name);
             throw error;
           }
         },

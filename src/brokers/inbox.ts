@@ -23,6 +23,7 @@ export interface EventIntake {
     type: string,
     data: unknown,
     tx: Sql,
+    surface: 'broker',
   ): Promise<'accepted' | 'duplicate' | 'conflict'>;
   /** `EventQueue.wake`: called after the commit, so the stored events are claimed now, not at the next poll. */
   wake?(): void;
@@ -181,7 +182,8 @@ function store(
         tx,
       );
     const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
-    for (const { message, id } of keyed) out.push(await events.intake(name, id, message.type, message.data, tx));
+    for (const { message, id } of keyed)
+      out.push(await events.intake(name, id, message.type, message.data, tx, 'broker'));
     return out;
   });
 }

@@ -8,7 +8,15 @@
 import { InvalidArgumentError } from './errors.js';
 
 /** Where a call came from: the engine's own API, or the surface that called it. */
-export type Surface = 'engine' | 'http' | 'handler' | 'consumer' | 'tool' | 'flow' | 'scan';
+export type Surface = 'engine' | 'http' | 'handler' | 'consumer' | 'tool' | 'flow' | 'scan' | DuplicateSurface;
+
+/**
+ * Where a duplicate was stopped before any engine call: an event id seen before at intake (a
+ * webhook, a broker message, the outbox's own delivery) or a flow start that found its run.
+ */
+export type DuplicateSurface = IntakeSurface | 'flow_start';
+/** How an event reached the event queue. */
+export type IntakeSurface = 'webhook' | 'broker' | 'outbox';
 
 /**
  * The one outcome of each engine call (`run`, `wrap`, and every surface built on them):
@@ -55,7 +63,7 @@ export const METRICS = {
   },
   oncely_duplicates_total: {
     type: 'counter',
-    help: 'Duplicates of an intent: intercepted="true" answered without executing, "false" executed again (a takeover after a lease ran out, or one found by a duplicate scan)',
+    help: 'Duplicates of an intent: intercepted="true" answered without executing (a replay, a refusal, an event id seen before at intake, a flow start that found its run), "false" executed again (a takeover after a lease ran out, or one found by a duplicate scan)',
     labels: ['surface', 'action', 'intercepted'],
   },
   oncely_takeovers_total: {
@@ -98,10 +106,15 @@ export const METRICS = {
     help: 'Flow steps by outcome: executed, memoized (answered from its stored memo), retried (an attempt failed, tried again), failed (for good)',
     labels: ['flow', 'outcome'],
   },
-  oncely_flow_compensations_total: {
+  oncely_compensations_total: {
     type: 'counter',
-    help: 'Compensations of failed flows by outcome: succeeded, failed',
-    labels: ['flow', 'outcome'],
+    help: "Compensations by surface and outcome (succeeded, failed): a failed flow's compensating steps (surface flow, name the flow), a tool's credit reservation given back after its call failed (surface tool, name the tool)",
+    labels: ['surface', 'name', 'outcome'],
+  },
+  oncely_versions_total: {
+    type: 'counter',
+    help: "Versioned writes (the data store's applyVersion) by outcome: applied, stale (dropped: the stored version is as new or newer)",
+    labels: ['table', 'outcome'],
   },
   oncely_tool_calls_total: {
     type: 'counter',
@@ -295,10 +308,14 @@ export function rateTotals(metrics: Metrics): RateTotals {
     duplicates: metrics.sum('oncely_duplicates_total'),
     keyHits: metrics.sum('oncely_key_hits_total'),
     calls: metrics.sum('oncely_calls_total'),
-    staleEvents: metrics.sum('oncely_events_total', { outcome: 'stale' }),
-    orderedEvents: metrics.sum('oncely_events_ordered_total'),
-    compensationsSucceeded: metrics.sum('oncely_flow_compensations_total', { outcome: 'succeeded' }),
-    compensations: metrics.sum('oncely_flow_compensations_total'),
+    // An ordered consumer's stale event and a handler's stale applyVersion are the same drop: an
+    // older business version arriving after a newer one.
+    staleEvents:
+      metrics.sum('oncely_events_total', { outcome: 'stale' }) +
+      metrics.sum('oncely_versions_total', { outcome: 'stale' }),
+    orderedEvents: metrics.sum('oncely_events_ordered_total') + metrics.sum('oncely_versions_total'),
+    compensationsSucceeded: metrics.sum('oncely_compensations_total', { outcome: 'succeeded' }),
+    compensations: metrics.sum('oncely_compensations_total'),
   };
 }
 

@@ -19,7 +19,7 @@ import { FLOW_WORK, JUST_STARTED, migrateFlowTables, runnable } from './tables.j
 /**
  * Options of `createFlows`. The observe options (`logger`, `onDecision`, `metrics`, `tracer`) are
  * createOncely's: flows count `oncely_flows_total`, `oncely_flow_steps_total` and
- * `oncely_flow_compensations_total`, span each run (`oncely.flow`) and step (`oncely.step`), and
+ * `oncely_compensations_total`, span each run (`oncely.flow`) and step (`oncely.step`), and
  * report the decisions `flow_failed`, `step_retried` and `compensation_failed`.
  */
 export interface FlowsOptions extends ObserveOptions {
@@ -165,6 +165,8 @@ export class Flows {
           `flow ${workflowId} was started with another input under the same seed (${flow.seed.join(', ')})`,
         );
       this.observer.metrics.add('oncely_flows_total', [flow.name, 'already']);
+      // A start that found its run is a duplicate of the same intent, stopped before any step ran.
+      this.observer.metrics.add('oncely_duplicates_total', ['flow_start', flow.name, 'true']);
       return { workflowId, already: true };
     }
     this.observer.metrics.add('oncely_flows_total', [flow.name, 'started']);

@@ -374,12 +374,12 @@ export async function executeFlow(
       const earlier = isMemo(stored.get(stepId));
       try {
         await observedStep('compensation', stepId, (ctx) => done.compensate(done.value, ctx));
-        if (!earlier) metrics.add('oncely_flow_compensations_total', [flow.name, 'succeeded']);
+        if (!earlier) metrics.add('oncely_compensations_total', ['flow', flow.name, 'succeeded']);
       } catch (failure) {
         // A run that lost its lease undoes nothing more: the new holder goes on from the stored compensations.
         if (failure instanceof Suspend) return { status: 'suspended', reason: failure.reason, wakeAt: null };
         if (earlier) continue;
-        metrics.add('oncely_flow_compensations_total', [flow.name, 'failed']);
+        metrics.add('oncely_compensations_total', ['flow', flow.name, 'failed']);
         if (observer.listening)
           observer.decide({
             decision: 'compensation_failed',

@@ -73,7 +73,7 @@ export function bindConsumer(
     withinTimeout(tx, ms, what, async (guarded) => {
       await consumer.handle(
         event,
-        hostContext(guarded, createDataStore(guarded, schema()), ctx, ctx.tenant, {
+        hostContext(guarded, createDataStore(guarded, schema(), { count: counts.count }), ctx, ctx.tenant, {
           flows,
           logger,
           count: counts.count,

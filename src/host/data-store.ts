@@ -1,6 +1,7 @@
 import type { Sql } from '../db/types.js';
 import { Operator } from './operators.js';
 import { type AppSchema, type ColumnSchema, findTable, quoteIdent, type TableSchema } from './schema.js';
+import type { Count } from './totals.js';
 import type { DataStore, Result } from './types.js';
 import { decodeRow, encode, Refusal } from './values.js';
 import { columnOf, orderSql, whereSql } from './where.js';
@@ -14,6 +15,8 @@ export interface DataStoreOptions {
    * caller's transaction usable, as it is on SQLite. Default true; dropped by itself outside a transaction.
    */
   savepoints?: boolean;
+  /** Counts in the caller's transaction: applyVersion's outcomes (`oncely_versions_total`, the stale drop rate). */
+  count?: Count;
 }
 
 /** The most rows `find` returns, and its default limit. */
@@ -272,7 +275,7 @@ export function createDataStore(tx: Sql, schema: AppSchema, options: DataStoreOp
         const v = quoteIdent('version');
         const newer = `(cur.${v} IS NULL OR cur.${v} < excluded.${v})`;
         const full = [...table.columns.values()].every((c) => row.has(c) || c.nullable || c.hasDefault || c.generated);
-        return write(async (): Promise<{ applied: true } | { applied: false; reason: 'stale' }> => {
+        const outcome = await write(async (): Promise<{ applied: true } | { applied: false; reason: 'stale' }> => {
           if (full) {
             // The row can be created from this call alone: one atomic upsert.
             const assignments = update.map(([c]) => `${quoteIdent(c.name)} = excluded.${quoteIdent(c.name)}`);
@@ -298,6 +301,8 @@ export function createDataStore(tx: Sql, schema: AppSchema, options: DataStoreOp
           );
           return { applied: true };
         });
+        await options.count?.('oncely_versions_total', [table.name, outcome.applied ? 'applied' : 'stale']);
+        return outcome;
       }),
 
     get: (tableName, where) =>

@@ -3,7 +3,7 @@ import { backoffDelay, sleep } from '../core/backoff.js';
 import { type Clock, systemClock } from '../core/clock.js';
 import { isContractError, OncelyError } from '../core/errors.js';
 import { validateEventType, validateKey } from '../core/key.js';
-import { processMetrics } from '../core/metrics.js';
+import { type IntakeSurface, processMetrics } from '../core/metrics.js';
 import { type DecisionEvent, Observer, type OncelyLogger } from '../core/observer.js';
 import { endSpan, startSpan, withSpan } from '../core/tracing.js';
 import { migrate } from '../db/migrate.js';
@@ -141,6 +141,7 @@ export class EventQueue {
    * Stores an event unless (source, id) is already stored. Pass `tx` to store it in the caller's
    * transaction (an outbox relay, a handler); otherwise it commits before this resolves. A repeat
    * whose type and data differ from the stored event is a `conflict`: counted, logged, not stored.
+   * A `duplicate` is also an intercepted duplicate of the four rates, under `surface` (how it came).
    */
   async intake(
     source: string,
@@ -148,6 +149,7 @@ export class EventQueue {
     type: string,
     data: unknown,
     tx?: Sql,
+    surface: IntakeSurface = 'webhook',
   ): Promise<'accepted' | 'duplicate' | 'conflict'> {
     validateKey(id);
     validateEventType(type);
@@ -160,6 +162,8 @@ export class EventQueue {
       const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await count('oncely_events_total', [source, this.label(source, type), outcome]);
+      if (outcome === 'duplicate')
+        await count('oncely_duplicates_total', [surface, `${source}/${this.label(source, type)}`, 'true']);
       return outcome;
     };
     const outcome = tx
@@ -232,8 +236,12 @@ export class EventQueue {
       group.n++;
       groups.set(`${type}\n${outcome}`, group);
     }
-    for (const { type, outcome, n } of groups.values())
+    for (const { type, outcome, n } of groups.values()) {
       await this.totals.countIn(tx, 'oncely_events_total', [source, type, outcome], n);
+      // The batch path is the broker inbox's.
+      if (outcome === 'duplicate')
+        await this.totals.countIn(tx, 'oncely_duplicates_total', ['broker', `${source}/${type}`, 'true'], n);
+    }
     if (outcomes.includes('accepted')) this.wake();
     for (const [i, outcome] of outcomes.entries()) {
       if (outcome === 'accepted') continue;

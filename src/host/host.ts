@@ -160,7 +160,8 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   });
   // The app's own consumers, with the outbox id as the event id: every topic's target unless routed elsewhere.
   const consumers = {
-    deliver: async (m: OutboxMessage) => void (await events.intake('outbox', m.id, m.topic, m.payload)),
+    deliver: async (m: OutboxMessage) =>
+      void (await events.intake('outbox', m.id, m.topic, m.payload, undefined, 'outbox')),
   };
   const brokers = await hostBrokers(app.config, { db, events, consumers, logger });
   const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals, clock });

@@ -227,7 +227,7 @@ export class Invoker {
         dataEnvelope(
           await handler.module.handle(
             input,
-            hostContext(guarded, createDataStore(guarded, schema()), context, tenant, {
+            hostContext(guarded, createDataStore(guarded, schema(), { count }), context, tenant, {
               flows,
               logger,
               count,

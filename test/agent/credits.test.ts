@@ -12,7 +12,7 @@ import { z } from 'zod';
 import { createAgentRuntime, defineTool } from '../../src/agent/index.js';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
-import { createOncely, type Oncely } from '../../src/index.js';
+import { createOncely, Metrics, type Oncely, rateTotals } from '../../src/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { type ManualClock, manualClock } from '../../src/testing/manual-clock.js';
@@ -130,6 +130,27 @@ for (const { name, open } of BACKENDS)
       );
       expect(Number(row?.balance)).toBe(0);
     }, 60_000);
+
+    it("review3.12: a failed call's reservation given back counts as a compensation of the four rates", async () => {
+      const tenant = `comp-${randomUUID().slice(0, 8)}`;
+      const flaky = defineTool({
+        name: 'flakyExport',
+        description: 'Exports, and fails.',
+        input: z.object({ jobId: z.string() }),
+        idempotency: { keyFields: ['jobId'], ttl: 'permanent' },
+        cost: { credits: 2, account: (ctx) => ctx.tenant },
+        execute: async () => {
+          throw new Error('export service down');
+        },
+      });
+      const metrics = new Metrics();
+      const agent = await createAgentRuntime({ once: backend.once, db: backend.db, tools: [flaky], tenant, metrics });
+      await agent.credits.grant(tenant, 2, { key: 'opening' });
+      expect(await agent.call('flakyExport', { jobId: 'J-9' })).toMatchObject({ success: false });
+      expect(await agent.credits.balance(tenant)).toBe(2);
+      expect(metrics.value('oncely_compensations_total', ['tool', 'flakyExport', 'succeeded'])).toBe(1);
+      expect(rateTotals(metrics)).toMatchObject({ compensationsSucceeded: 1, compensations: 1 });
+    });
 
     it('review3.15: a top-up retried with its key credits once, across two processes; another amount is KEY_REUSED', async () => {
       const agent = await createAgentRuntime({ once: backend.once, db: backend.db, tools: [] });

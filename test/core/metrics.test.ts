@@ -165,8 +165,8 @@ describe('the four rates', () => {
     m.add('oncely_events_total', ['stripe', 'invoice.paid', 'stale'], 1);
     m.add('oncely_events_total', ['stripe', 'invoice.paid', 'applied'], 3);
     m.add('oncely_events_ordered_total', ['stripe', 'invoice.paid'], 4);
-    m.add('oncely_flow_compensations_total', ['checkout', 'succeeded'], 3);
-    m.add('oncely_flow_compensations_total', ['checkout', 'failed'], 1);
+    m.add('oncely_compensations_total', ['flow', 'checkout', 'succeeded'], 3);
+    m.add('oncely_compensations_total', ['flow', 'checkout', 'failed'], 1);
     const totals = rateTotals(m);
     expect(totals).toEqual({
       duplicatesIntercepted: 6,
@@ -183,6 +183,27 @@ describe('the four rates', () => {
       keyHit: 0.75,
       staleDrop: 0.25,
       compensationSuccess: 0.75,
+    });
+  });
+  it('review3.12: count intake duplicates, flow starts that found their run, stale versioned writes and credit give-backs', () => {
+    const m = new Metrics();
+    m.add('oncely_duplicates_total', ['webhook', 'stripe/invoice.paid', 'true'], 2);
+    m.add('oncely_duplicates_total', ['broker', 'orders/(other)', 'true'], 3);
+    m.add('oncely_duplicates_total', ['flow_start', 'checkout', 'true'], 1);
+    m.add('oncely_duplicates_total', ['consumer', 'consume:stripe/invoice.paid', 'false'], 1);
+    m.add('oncely_versions_total', ['orders', 'applied'], 3);
+    m.add('oncely_versions_total', ['orders', 'stale'], 1);
+    m.add('oncely_events_total', ['stripe', 'invoice.paid', 'stale'], 1);
+    m.add('oncely_events_ordered_total', ['stripe', 'invoice.paid'], 4);
+    m.add('oncely_compensations_total', ['tool', 'send_sms', 'succeeded'], 1);
+    m.add('oncely_compensations_total', ['flow', 'checkout', 'failed'], 1);
+    expect(rateTotals(m)).toMatchObject({
+      duplicatesIntercepted: 6,
+      duplicates: 7,
+      staleEvents: 2,
+      orderedEvents: 8,
+      compensationsSucceeded: 1,
+      compensations: 2,
     });
   });
 });

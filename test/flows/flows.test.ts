@@ -512,8 +512,8 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
         `${workflowId}:compensate:charge`,
         `${workflowId}:compensate:reserve`,
       ]);
-      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'succeeded'])).toBe(3);
-      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'failed'])).toBe(0);
+      expect(metrics.value('oncely_compensations_total', ['flow', flowName, 'succeeded'])).toBe(3);
+      expect(metrics.value('oncely_compensations_total', ['flow', flowName, 'failed'])).toBe(0);
       expect(metrics.value('oncely_flows_total', [flowName, 'failed'])).toBe(1);
       const shown = await flows.show(workflowId);
       expect(shown?.status).toBe('failed');
@@ -556,8 +556,8 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       // The failing compensation is retried by the default policy (3 tries), then the next one runs.
       expect(log).toEqual(['undo c', 'undo b', 'undo b', 'undo b', 'undo a']);
       expect(metrics.value('oncely_flows_total', [flowName, 'failed'])).toBe(1);
-      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'succeeded'])).toBe(2);
-      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'failed'])).toBe(1);
+      expect(metrics.value('oncely_compensations_total', ['flow', flowName, 'succeeded'])).toBe(2);
+      expect(metrics.value('oncely_compensations_total', ['flow', flowName, 'failed'])).toBe(1);
       const shown = await flows.show(workflowId);
       expect(shown?.status).toBe('failed');
       expect(shown?.error?.message).toContain('step d failed');
@@ -636,7 +636,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       await sleep(200);
       // The slow step's effect happened, so it is undone, before the steps that came before it.
       expect(log).toEqual(['slow done', 'undo slow', 'undo first']);
-      expect(metrics.value('oncely_flow_compensations_total', [flowName, 'succeeded'])).toBe(2);
+      expect(metrics.value('oncely_compensations_total', ['flow', flowName, 'succeeded'])).toBe(2);
     });
 
     it('run.all of two waits: a timeout of one wakes the flow even while the other has none', async () => {

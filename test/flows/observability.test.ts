@@ -200,9 +200,9 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
           [saga.name, 'failed', 2],
           [saga.name, 'memoized', 3],
         ]);
-        expect(seriesOf(metrics, 'oncely_flow_compensations_total')).toEqual([
-          [saga.name, 'failed', 2],
-          [saga.name, 'succeeded', 2],
+        expect(seriesOf(metrics, 'oncely_compensations_total')).toEqual([
+          ['flow', saga.name, 'failed', 2],
+          ['flow', saga.name, 'succeeded', 2],
         ]);
         const totals = rateTotals(metrics);
         expect(totals).toMatchObject({ compensationsSucceeded: 2, compensations: 4 });
