@@ -145,6 +145,7 @@ export class EventQueue {
     type: string,
     data: unknown,
     tx?: Sql,
+    traceId?: string,
   ): Promise<'accepted' | 'duplicate' | 'conflict'> {
     validateKey(id);
     if (typeof source !== 'string' || source.length === 0 || source.includes('/'))
@@ -153,7 +154,7 @@ export class EventQueue {
     const hash = bodyHash(type, payload);
     const insert = async (sql: Sql, count: Count) => {
       const now = this.clock.now();
-      const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
+      const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now, traceId));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await count('oncely_events_total', [source, type, outcome]);
       return outcome;
@@ -396,6 +397,7 @@ export class EventQueue {
         data: JSON.parse(row.payload),
         receivedAt: Number(row.received_at),
         attempt: attempts,
+        ...(row.trace_id === null ? {} : { traceId: row.trace_id }),
       };
       const binding = this.options.consumerFor(event.source, event.type);
       // last_error cleared: an applied event shows no failure of an earlier attempt.

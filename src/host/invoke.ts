@@ -15,7 +15,7 @@ import { problemFor } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
 import { type App, claimDeclarations, type HandlerModule } from './app.js';
 import { byteLimit, readBodyCapped } from './body.js';
-import { hostContext } from './context.js';
+import { hostContext, traceparentId } from './context.js';
 import { createDataStore } from './data-store.js';
 import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
 import { logFailure } from './failure-log.js';
@@ -150,7 +150,10 @@ export class Invoker {
     let ids: Ids;
     try {
       ids = {
-        traceId: readIdHeader(request.headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER),
+        // A W3C traceparent names the intent too when no Oncely-Trace-Id does.
+        traceId:
+          readIdHeader(request.headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER) ??
+          traceparentId(request.headers.get('traceparent')),
         requestId: readIdHeader(request.headers.get(REQUEST_ID_HEADER) ?? undefined, REQUEST_ID_HEADER) ?? randomUUID(),
       };
     } catch (error) {
