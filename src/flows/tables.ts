@@ -64,6 +64,9 @@ const AGE_INDEXES = [
 // Null on rows written before this version.
 const ADD_STEP_RUN = 'ALTER TABLE oncely_flow_steps ADD COLUMN run INTEGER';
 
+// The intent's trace id, from the execution that started the flow: its runs and steps carry it.
+const ADD_TRACE_ID = 'ALTER TABLE oncely_flows ADD COLUMN trace_id TEXT';
+
 /** The flows' versioned tables. */
 export const flowMigrations: Migrations = {
   component: 'flows',
@@ -72,6 +75,7 @@ export const flowMigrations: Migrations = {
     { version: 2, sqlite: ADD_FENCE, postgres: ADD_FENCE },
     { version: 3, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
     { version: 4, sqlite: ADD_STEP_RUN, postgres: ADD_STEP_RUN },
+    { version: 5, sqlite: ADD_TRACE_ID, postgres: ADD_TRACE_ID },
   ],
 };
 
@@ -88,7 +92,7 @@ export const FLOW_WORK: WorkTable = {
   pending: 'pending',
   dead: 'failed',
   attempts: 'runs',
-  returning: ['name', 'input'],
+  returning: ['name', 'input', 'trace_id'],
   order: 'updated_at',
   touched: 'updated_at',
 };

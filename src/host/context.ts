@@ -119,7 +119,7 @@ export function hostContext(
       // async: a refusal is a rejection like the others, never a throw out of the call itself.
       start: async (flow, input) => {
         if (!flows) throw new OncelyError('FLOWS_UNAVAILABLE', 'this app has no flows/ folder');
-        return flows.start(flow, input, { tx });
+        return flows.start(flow, input, { tx, traceId });
       },
     },
     outbox: {

@@ -2,9 +2,11 @@
  * Issue 30 item 13: the intent's trace id crosses the asynchronous hops. A handler invoked with
  * Oncely-Trace-Id (or only a traceparent) that enqueues an outbox message: the outbox row keeps
  * the trace id, and the consumer of the message runs under it (its ctx and its record). A webhook
- * delivered with either header: the event row keeps it, and its consumer runs under it.
+ * delivered with either header: the event row keeps it, and its consumer runs under it. A flow
+ * started by a handler or a consumer keeps the starter's, and its run and steps carry it.
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import { defineFlow } from '../../src/flows/define.js';
 import type { ConsumerModule, HandlerModule } from '../../src/host/app.js';
 import { hostTargets, type RunningHost, startHost } from '../support/host-app.js';
 
@@ -51,9 +53,42 @@ async function recordTrace(app: RunningHost, action: string, key: string): Promi
   return rows[0]?.trace_id;
 }
 
+/** Trace ids the flow function and a step of `ship` ran under, by order id (the worker runs in this process). */
+const stepTraces = new Map<string, string[]>();
+
+const ship = defineFlow('ship', { seed: ['orderId'] }, async (run, input: { orderId: string }) => {
+  const traces = [run.traceId];
+  traces.push(await run.step('label', (ctx) => ctx.traceId));
+  stepTraces.set(input.orderId, traces);
+});
+
+/** The consumer of an order paid: starts its shipping flow in its own transaction. */
+const startShipping: ConsumerModule = {
+  async handle(event, ctx) {
+    await ctx.flows.start(ship, { orderId: (event.data as { orderId: string }).orderId });
+  },
+};
+
+const shipNow: HandlerModule = {
+  async handle(input, ctx) {
+    return ctx.flows.start(ship, input as { orderId: string });
+  },
+};
+
+/** What `ship` for `orderId` ran under, once it ran; polled with a deadline. */
+async function shipped(orderId: string): Promise<string[]> {
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    const traces = stepTraces.get(orderId);
+    if (traces) return traces;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`flow ship of ${orderId} did not run within 15 s; ran: ${[...stepTraces.keys()].join(', ')}`);
+}
+
 describe.each(hostTargets())(
   'review3.13: host on $name: the trace id crosses the outbox and webhook intake',
-  ({ target, cleanup }) => {
+  ({ name, target, cleanup }) => {
     afterAll(cleanup);
 
     it('an outbox message keeps the trace id of the invocation that enqueued it, and its consumer runs under it', async () => {
@@ -90,6 +125,40 @@ describe.each(hostTargets())(
           );
           expect(event?.trace_id, orderId).toBe(expected);
         }
+      } finally {
+        await app.stop();
+      }
+    });
+
+    it('a flow started by a handler, or by the consumer of its outbox message, runs its steps under the trace id', async () => {
+      const app = await startHost(target(), {
+        handlers: { 'orders.pay': pay, 'orders.ship': shipNow },
+        consumers: { 'outbox/order.paid': startShipping },
+        flows: [ship],
+      });
+      try {
+        const direct = await app.invoke(
+          'orders.ship',
+          { orderId: `${name}-20` },
+          {
+            'idempotency-key': `"ship-${name}-20"`,
+            'oncely-trace-id': 'intent-20',
+          },
+        );
+        expect(direct.status).toBe(200);
+        expect(await shipped(`${name}-20`)).toEqual(['intent-20', 'intent-20']);
+        // Two hops: the handler's outbox message, then its consumer's flow start.
+        const paid = await app.invoke(
+          'orders.pay',
+          { orderId: `${name}-21` },
+          { 'idempotency-key': `"pay-${name}-21"`, traceparent: TRACEPARENT },
+        );
+        expect(paid.status).toBe(200);
+        expect(await shipped(`${name}-21`)).toEqual([TRACEPARENT_ID, TRACEPARENT_ID]);
+        expect(await app.rows('SELECT workflow_id, trace_id FROM oncely_flows ORDER BY workflow_id')).toEqual([
+          { workflow_id: `ship-${name}-20`, trace_id: 'intent-20' },
+          { workflow_id: `ship-${name}-21`, trace_id: TRACEPARENT_ID },
+        ]);
       } finally {
         await app.stop();
       }
