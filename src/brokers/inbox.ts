@@ -23,7 +23,7 @@ export interface EventIntake {
     type: string,
     data: unknown,
     tx: Sql,
-    surface: 'broker',
+    how: { surface: 'broker' },
   ): Promise<'accepted' | 'duplicate' | 'conflict'>;
   /** `EventQueue.wake`: called after the commit, so the stored events are claimed now, not at the next poll. */
   wake?(): void;
@@ -183,7 +183,7 @@ function store(
       );
     const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
     for (const { message, id } of keyed)
-      out.push(await events.intake(name, id, message.type, message.data, tx, 'broker'));
+      out.push(await events.intake(name, id, message.type, message.data, tx, { surface: 'broker' }));
     return out;
   });
 }

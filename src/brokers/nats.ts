@@ -9,6 +9,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { backoffDelay } from '../core/backoff.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
+import { loadPeer } from '../core/peer.js';
 import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
@@ -22,15 +23,15 @@ type Clients = {
 
 let loaded: Promise<Clients> | undefined;
 function clients(): Promise<Clients> {
-  loaded ??= Promise.all([import('@nats-io/transport-node'), import('@nats-io/jetstream')]).then(
+  loaded ??= loadPeer(
+    () => Promise.all([import('@nats-io/transport-node'), import('@nats-io/jetstream')]),
+    'a NATS source or target',
+    ['@nats-io/transport-node', '@nats-io/jetstream'],
+  ).then(
     ([nats, jetstream]) => ({ nats, jetstream }),
-    (cause) => {
+    (error: unknown) => {
       loaded = undefined;
-      throw new OncelyError(
-        'CONFIG_INVALID',
-        "a NATS source or target needs '@nats-io/transport-node' and '@nats-io/jetstream': npm install @nats-io/transport-node @nats-io/jetstream",
-        { cause },
-      );
+      throw error;
     },
   );
   return loaded;

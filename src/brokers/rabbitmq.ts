@@ -5,6 +5,7 @@
  */
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
+import { loadPeer } from '../core/peer.js';
 import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
@@ -48,18 +49,9 @@ interface AmqpConnection {
 }
 
 async function connect(url: string, name: string): Promise<AmqpConnection> {
-  let amqp: { connect(url: string, options: object): Promise<unknown> };
-  try {
-    amqp = (await import('amqplib')) as unknown as typeof amqp;
-  } catch (cause) {
-    throw new OncelyError(
-      'CONFIG_INVALID',
-      "a RabbitMQ source or target needs the 'amqplib' package: npm install amqplib",
-      {
-        cause,
-      },
-    );
-  }
+  const amqp = (await loadPeer(() => import('amqplib'), 'a RabbitMQ source or target', ['amqplib'])) as unknown as {
+    connect(url: string, options: object): Promise<unknown>;
+  };
   // connection_name is what `rabbitmqctl list_connections name client_properties` shows.
   return (await amqp.connect(url, { clientProperties: { connection_name: name } })) as AmqpConnection;
 }

@@ -7,6 +7,7 @@ import { hostname } from 'node:os';
 import { Batcher } from '../core/batcher.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
+import { loadPeer } from '../core/peer.js';
 import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
@@ -25,18 +26,11 @@ interface Client {
 
 /** A connected ioredis client that never reconnects by itself: the source's loop does, with backoff. */
 async function connect(url: string, name: string): Promise<Client> {
-  let ioredis: { Redis: new (url: string, options: object) => unknown };
-  try {
-    ioredis = (await import('ioredis')) as unknown as typeof ioredis;
-  } catch (cause) {
-    throw new OncelyError(
-      'CONFIG_INVALID',
-      "a Redis Streams source or target needs the 'ioredis' package: npm install ioredis",
-      {
-        cause,
-      },
-    );
-  }
+  const ioredis = (await loadPeer(() => import('ioredis'), 'a Redis Streams source or target', [
+    'ioredis',
+  ])) as unknown as {
+    Redis: new (url: string, options: object) => unknown;
+  };
   const client = new ioredis.Redis(url, {
     lazyConnect: true,
     enableOfflineQueue: false,

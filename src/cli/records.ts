@@ -3,7 +3,9 @@ import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import type { Duration, Ttl } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { loadPeer } from '../core/peer.js';
 import { type PublicRecord, parseRecordRef, type RecordId, type RecordState, recordRef } from '../core/record.js';
+import { checkUrl } from '../core/url.js';
 import type { ListOptions, Oncely, RecordList, Resolution } from '../engine/engine.js';
 import { storedResolution } from '../host/reconciler.js';
 
@@ -145,13 +147,13 @@ async function openStore(options: StoreOptions) {
 
 /** The host's records table in a PostgreSQL schema (a `?schema=` of the URL, as `--db` takes it elsewhere, or --schema). */
 async function postgresRecords(target: string, schema: string | undefined) {
-  const url = new URL(target);
+  const url = checkUrl(target, '--db');
   const named = schema ?? url.searchParams.get('schema') ?? 'public';
   url.searchParams.delete('schema');
   const { postgresStore } = await import('../postgres/index.js');
   const store = postgresStore({ connectionString: url.toString(), schema: named, table: HOST_TABLE });
   // The store would create a schema and table that are missing: a wrong --schema must say so instead.
-  const pg = await import('pg');
+  const pg = await loadPeer(() => import('pg'), 'a postgres:// --db', ['pg']);
   const client = new (pg.default ?? pg).Client({ connectionString: url.toString() });
   try {
     await client.connect();

@@ -77,6 +77,24 @@ export const ERRORS = {
   LISTEN_FAILED: { status: 500, meaning: 'the host cannot listen on its port (in use, or not allowed)' },
   DRAIN_TIMEOUT: { status: 500, meaning: 'events were still pending or processing when the drain timed out' },
   FLOWS_UNAVAILABLE: { status: 500, meaning: 'the app has no `flows/` folder' },
+  // Configuration, refused at start (issue 30 item 14)
+  CONFIG_KEY_UNKNOWN: {
+    status: 500,
+    meaning:
+      "a key of `oncely.config.ts` or of a handler's or consumer's exports that oncely does not read; the message names the nearest known one",
+  },
+  DB_UNSUPPORTED: {
+    status: 500,
+    meaning: 'a `--db` or `db` the host cannot run on: it runs on a SQLite file path or a postgres:// URL',
+  },
+  URL_INVALID: {
+    status: 500,
+    meaning: 'a database or store URL that does not parse or names no host, refused when the store is created',
+  },
+  PACKAGE_MISSING: {
+    status: 500,
+    meaning: 'an optional package the feature needs is not installed; the message says what to `npm install`',
+  },
   // Webhooks
   SOURCE_UNKNOWN: { status: 404, meaning: 'no webhook source of that name' },
   SIGNATURE_INVALID: { status: 401, meaning: 'the signature is missing or matches no configured secret' },

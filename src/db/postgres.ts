@@ -1,5 +1,7 @@
 import { OncelyError } from '../core/errors.js';
 import { Lru } from '../core/lru.js';
+import { loadPeer } from '../core/peer.js';
+import { checkUrl } from '../core/url.js';
 import type { PgDriverPool, PgPoolClient, PgQueryable } from '../postgres/driver.js';
 import { type Db, type Sql, STATEMENT_CACHE_MAX, type StatementCache } from './types.js';
 
@@ -45,12 +47,12 @@ export async function openPostgres(target: string, options: PostgresOptions = {}
   const { poolSize = 10 } = options;
   if (!Number.isSafeInteger(poolSize) || poolSize < 1)
     throw new OncelyError('INVALID_ARGUMENT', `poolSize must be a positive integer, got ${poolSize}`);
-  const url = new URL(target);
+  const url = checkUrl(target, 'the database');
   const schema = url.searchParams.get('schema') ?? 'public';
   if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema))
     throw new OncelyError('INVALID_ARGUMENT', `schema must be a plain lower-case identifier, got ${schema}`);
   url.searchParams.delete('schema');
-  const pg = await import('pg');
+  const pg = await loadPeer(() => import('pg'), 'a postgres:// database', ['pg']);
   // Every connection sees the app's schema first, so unqualified names resolve there.
   const pool: PgDriverPool = new (pg.default ?? pg).Pool({
     connectionString: url.toString(),

@@ -9,6 +9,8 @@ export interface StepContext {
   readonly stepId: string;
   /** 1 on the first try of this step, more on retries. */
   readonly attempt: number;
+  /** The flow's trace id: the intent's that started it (see `FlowRun.traceId`). */
+  readonly traceId: string;
   /** `<idempotencyKey>:<i>`, for the i-th effect of one step. */
   subKey(index: number | string): string;
 }
@@ -35,6 +37,12 @@ export interface StepOptions {
 /** What the flow function uses to do anything that must survive a crash. */
 export interface FlowRun {
   readonly workflowId: string;
+  /**
+   * The intent's trace id: the one of the host handler or consumer that started the flow, else
+   * `flows.start`'s `traceId` option, else one made at the start (its workflow id for a flow
+   * started before trace ids were kept). Pass it downstream beside the step's key.
+   */
+  readonly traceId: string;
   /** Runs `fn` once for this flow; a replay after a crash returns the stored result without running it. */
   step<T>(id: string, fn: (ctx: StepContext) => Promise<T> | T, options?: StepOptions): Promise<T>;
   /** Runs steps in parallel and joins them. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { sleep } from '../core/backoff.js';
 import { type Clock, systemClock } from '../core/clock.js';
 import { type Duration, toMs } from '../core/duration.js';
@@ -98,7 +99,10 @@ const run = (sql: Sql, { text, values }: Statement) => sql.run(text, values);
 type RunRecorded = 'completed' | 'failed' | 'waiting' | 'lease_lost';
 
 /** A claimed flow, as the claim returns it. */
-type ClaimedFlow = Pick<FlowRow, 'workflow_id' | 'name' | 'input'>;
+type ClaimedFlow = Pick<FlowRow, 'workflow_id' | 'name' | 'input'> & { trace_id: string | null };
+
+/** A flow's trace id; a flow started before trace ids were kept is traced by its workflow id. */
+const traceOf = (row: ClaimedFlow): string => row.trace_id ?? row.workflow_id;
 
 /**
  * Durable flows on a database: started once per business id, run by any worker process, resumed
@@ -139,11 +143,13 @@ export class Flows {
    * `already: true`. Another input under the same business id is FLOW_INPUT_MISMATCH. With `tx`
    * (a host handler's transaction) the start commits with the caller's writes; it is counted
    * `started` when its row is written, so a caller's transaction that rolls back still counted it.
+   * `traceId` is the intent's (a host handler's or consumer's); its runs and steps carry it.
+   * Default: a new one.
    */
   async start<I>(
     flow: FlowDefinition<I, unknown>,
     input: I,
-    options: { tx?: Sql } = {},
+    options: { tx?: Sql; traceId?: string } = {},
   ): Promise<{ workflowId: string; already: boolean }> {
     const values = flow.seed.map((field) => {
       const value = (input as Record<string, unknown>)?.[field];
@@ -156,7 +162,11 @@ export class Flows {
     const hash = fingerprint(input);
     const now = this.clock.now();
     const sql = options.tx ?? this.options.db;
-    const created = await run(sql, q.insertFlow(workflowId, flow.name, bizId, JSON.stringify(input), hash, now));
+    const traceId = options.traceId ?? randomUUID();
+    const created = await run(
+      sql,
+      q.insertFlow(workflowId, flow.name, bizId, JSON.stringify(input), hash, now, traceId),
+    );
     if (created === 0) {
       const [row] = await all<{ input_hash: string }>(sql, q.readInputHash(workflowId));
       if (row && row.input_hash !== hash)
@@ -393,6 +403,7 @@ export class Flows {
       ? startSpan(tracer, 'oncely.flow', {
           'oncely.flow': flow.name,
           'oncely.workflow_id': claim.row.workflow_id,
+          'oncely.trace_id': traceOf(claim.row),
           'oncely.attempt': claim.attempts,
           'oncely.fence': claim.fence,
         })
@@ -427,6 +438,7 @@ export class Flows {
         this.maxResultBytes,
         // The claim's fence may move on (this process claimed the flow again): read it at each window.
         hooks && { at: hooks, fence: () => claim.fence },
+        traceOf(claim.row),
       );
     } finally {
       held.stop();
@@ -459,6 +471,7 @@ export class Flows {
           key: id,
           fence: claim.fence,
           attempt: claim.attempts,
+          traceId: traceOf(claim.row),
           error: { code: outcome.error.code, message: outcome.error.message },
           detail: { workflowId: id },
         });

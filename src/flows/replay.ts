@@ -127,7 +127,8 @@ export async function executeFlow(
   holds: () => boolean,
   observer: Observer,
   maxResultBytes: number,
-  hooks?: RunHooks,
+  hooks: RunHooks | undefined,
+  traceId: string,
 ): Promise<ExecutionOutcome> {
   const { metrics } = observer;
   const tracer = observer.activeTracer;
@@ -136,7 +137,7 @@ export async function executeFlow(
   const waits = new Map<string, number>();
   const stepContext = (stepId: string, attempt: number): StepContext => {
     const idempotencyKey = `${workflowId}:${stepId}`;
-    return { idempotencyKey, workflowId, stepId, attempt, subKey: (i) => `${idempotencyKey}:${i}` };
+    return { idempotencyKey, workflowId, stepId, attempt, traceId, subKey: (i) => `${idempotencyKey}:${i}` };
   };
   // A step's windows, for crash tests (called only when `hooks` is set): the claim's fence at the
   // moment, the step's key and try.
@@ -338,6 +339,7 @@ export async function executeFlow(
 
   const run: FlowRun = {
     workflowId,
+    traceId,
     step: runStep,
     // Every branch settles before the join decides: a step that completes beside a failed one is
     // known to its compensations, and a flow waiting in several branches wakes at the earliest deadline.

@@ -14,10 +14,11 @@ export const insertFlow = (
   input: string,
   inputHash: string,
   now: number,
+  traceId: string,
 ): Statement => ({
-  text: `INSERT INTO oncely_flows (workflow_id, name, biz_id, input, input_hash, status, created_at, updated_at)
-    VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (workflow_id) DO NOTHING`,
-  values: [workflowId, name, bizId, input, inputHash, now, now],
+  text: `INSERT INTO oncely_flows (workflow_id, name, biz_id, input, input_hash, status, created_at, updated_at, trace_id)
+    VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (workflow_id) DO NOTHING`,
+  values: [workflowId, name, bizId, input, inputHash, now, now, traceId],
 });
 
 export const readInputHash = (workflowId: string): Statement => ({

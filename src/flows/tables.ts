@@ -79,6 +79,9 @@ const SIGNAL_SEQ = [
   'CREATE UNIQUE INDEX IF NOT EXISTS oncely_flow_signals_seq ON oncely_flow_signals (workflow_id, seq)',
 ];
 
+// The intent's trace id, from the execution that started the flow: its runs and steps carry it.
+const ADD_TRACE_ID = 'ALTER TABLE oncely_flows ADD COLUMN trace_id TEXT';
+
 /** The flows' versioned tables. */
 export const flowMigrations: Migrations = {
   component: 'flows',
@@ -88,6 +91,7 @@ export const flowMigrations: Migrations = {
     { version: 3, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
     { version: 4, sqlite: ADD_STEP_RUN, postgres: ADD_STEP_RUN },
     { version: 5, sqlite: SIGNAL_SEQ, postgres: SIGNAL_SEQ },
+    { version: 6, sqlite: ADD_TRACE_ID, postgres: ADD_TRACE_ID },
   ],
 };
 
@@ -104,7 +108,7 @@ export const FLOW_WORK: WorkTable = {
   pending: 'pending',
   dead: 'failed',
   attempts: 'runs',
-  returning: ['name', 'input'],
+  returning: ['name', 'input', 'trace_id'],
   order: 'updated_at',
   touched: 'updated_at',
 };

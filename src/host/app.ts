@@ -1,13 +1,15 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, extname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { refuseUnknownKeys } from '../core/closest.js';
 import { type Duration, type Ttl, toMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
+import { missingPackage, packageMissing } from '../core/peer.js';
 import type { LeaseExpiredPolicy } from '../core/record.js';
 import type { ErrorPolicy } from '../engine/options.js';
 import type { Reconcile } from '../engine/reconcile.js';
 import type { AnyFlow } from '../flows/define.js';
-import type { HostConfig } from './config.js';
+import { checkConfig, type HostConfig } from './config.js';
 import type { HostContext } from './context.js';
 import type { DataStore, HostEvent } from './types.js';
 
@@ -119,6 +121,38 @@ export interface App {
   flows: AnyFlow[];
 }
 
+// Every export oncely reads of a handler or consumer: any other is a typo that would leave a default in force.
+const HANDLER_EXPORTS: Record<keyof HandlerModule, true> = {
+  handle: true,
+  idempotency: true,
+  input: true,
+  example: true,
+  timeout: true,
+  reconcile: true,
+  effects: true,
+  lease: true,
+  onLeaseExpired: true,
+  onError: true,
+};
+const IDEMPOTENCY_KEYS: Record<keyof NonNullable<HandlerModule['idempotency']>, true> = {
+  required: true,
+  keyFields: true,
+  ttl: true,
+  lease: true,
+};
+const CONSUMER_EXPORTS: Record<keyof ConsumerModule, true> = {
+  handle: true,
+  ordering: true,
+  timeout: true,
+  reconcile: true,
+  requires: true,
+  requiresWithin: true,
+  effects: true,
+  lease: true,
+  onLeaseExpired: true,
+  onError: true,
+};
+
 const CODE = new Set(['.ts', '.mts', '.js', '.mjs']);
 const NAME = /^[a-z0-9][a-z0-9._-]*$/i;
 
@@ -128,21 +162,25 @@ export async function loadApp(folder: string): Promise<App> {
   if (!existsSync(dir)) throw new OncelyError('CONFIG_INVALID', `app folder ${dir} does not exist`);
   const schemaPath = join(dir, 'schema.sql');
   const configPath = ['oncely.config.ts', 'oncely.config.js'].map((f) => join(dir, f)).find((f) => existsSync(f));
-  const config = configPath ? ((await import(pathToFileURL(configPath).href)).default as HostConfig) : {};
+  const config = configPath ? configOf(await importFile<{ default?: HostConfig }>(configPath), configPath) : {};
   const handlers = new Map<string, HandlerModule>();
   for (const [group, name, file] of modules(join(dir, 'handlers'))) {
-    const module = (await import(pathToFileURL(file).href)) as HandlerModule;
+    const module = await importFile<HandlerModule>(file);
     if (typeof module.handle !== 'function')
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(input, ctx)`);
+    refuseUnknownKeys(module, Object.keys(HANDLER_EXPORTS), file);
+    if (typeof module.idempotency === 'object' && module.idempotency !== null)
+      refuseUnknownKeys(module.idempotency, Object.keys(IDEMPOTENCY_KEYS), file, 'idempotency.');
     checkReconcile(module, file);
     claimDeclarations(module, file);
     handlers.set(`${group}.${name}`, module);
   }
   const consumers = new Map<string, ConsumerModule>();
   for (const [source, type, file] of modules(join(dir, 'consumers'))) {
-    const module = (await import(pathToFileURL(file).href)) as ConsumerModule;
+    const module = await importFile<ConsumerModule>(file);
     if (typeof module.handle !== 'function')
       throw new OncelyError('CONFIG_INVALID', `${file} must export handle(event, ctx)`);
+    refuseUnknownKeys(module, Object.keys(CONSUMER_EXPORTS), file);
     checkReconcile(module, file);
     claimDeclarations(module, file);
     requiresWithinMs(module, file);
@@ -153,7 +191,7 @@ export async function loadApp(folder: string): Promise<App> {
   if (existsSync(flowDir))
     for (const file of readdirSync(flowDir).sort()) {
       if (!CODE.has(extname(file)) || file.endsWith('.d.ts') || file.includes('.test.')) continue;
-      const flow = ((await import(pathToFileURL(join(flowDir, file)).href)) as { default?: AnyFlow }).default;
+      const flow = (await importFile<{ default?: AnyFlow }>(join(flowDir, file))).default;
       if (flow?.kind !== 'oncely-flow')
         throw new OncelyError('CONFIG_INVALID', `${join(flowDir, file)} must export default defineFlow(...)`);
       flows.push(flow);
@@ -166,6 +204,26 @@ export async function loadApp(folder: string): Promise<App> {
     handlers,
     consumers,
   };
+}
+
+/** A module of the app; a package it imports that is not installed is PACKAGE_MISSING naming the file and the install line. */
+async function importFile<T>(file: string): Promise<T> {
+  try {
+    return (await import(pathToFileURL(file).href)) as T;
+  } catch (error) {
+    const name = missingPackage(error);
+    if (name !== undefined) throw packageMissing(file, [name], error);
+    throw error;
+  }
+}
+
+/** The config a config file exports by default, its keys checked (README "Configuration"). */
+function configOf(module: { default?: HostConfig }, file: string): HostConfig {
+  const config = module.default;
+  if (typeof config !== 'object' || config === null || Array.isArray(config))
+    throw new OncelyError('CONFIG_INVALID', `${file} must export default defineConfig({ ... })`);
+  checkConfig(config, file);
+  return config;
 }
 
 /** A `reconcile` export must be the function of a record: anything else fails at load, not at the first pass. */

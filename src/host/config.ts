@@ -1,4 +1,5 @@
 import type { BrokerSourceConfig, BrokerTargetConfig } from '../brokers/config.js';
+import { refuseUnknownKeys } from '../core/closest.js';
 import type { Duration } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { DecisionEvent, OncelyLogger } from '../core/observer.js';
@@ -70,6 +71,60 @@ export interface HostConfig {
    * (default 100); false: only on demand (`oncely reconcile`).
    */
   reconcile?: { every?: Duration; olderThan?: Duration; limit?: number } | false;
+}
+
+// Every key oncely reads of a config: any other (a typo such as `retentoin`, a key of a later
+// version such as `schedules`) stops the start instead of leaving a default silently in force.
+const CONFIG_KEYS: Record<keyof HostConfig, true> = {
+  sources: true,
+  tenant: true,
+  maxBodyBytes: true,
+  timeout: true,
+  poolSize: true,
+  db: true,
+  events: true,
+  logger: true,
+  onDecision: true,
+  brokers: true,
+  targets: true,
+  outbox: true,
+  retention: true,
+  effects: true,
+  duplicateScan: true,
+  reconcile: true,
+};
+const EVENTS_KEYS: Record<keyof NonNullable<HostConfig['events']>, true> = {
+  maxAttempts: true,
+  baseDelayMs: true,
+  leaseMs: true,
+};
+const RECONCILE_KEYS: Record<keyof Exclude<HostConfig['reconcile'], false | undefined>, true> = {
+  every: true,
+  olderThan: true,
+  limit: true,
+};
+const DUPLICATE_SCAN_KEYS: Record<keyof Exclude<HostConfig['duplicateScan'], false | undefined>, true> = {
+  every: true,
+};
+const EFFECT_KEYS: Record<keyof NonNullable<HostConfig['effects']>[number], true> = { table: true, by: true };
+
+/**
+ * Refuses a key of `config` that oncely does not read, at the top and in the settings whose keys
+ * are fixed (CONFIG_KEY_UNKNOWN naming `where`, the key and the nearest known one); `retention`
+ * is checked by its own reader, sources and brokers by theirs.
+ */
+export function checkConfig(config: HostConfig, where: string): void {
+  refuseUnknownKeys(config, Object.keys(CONFIG_KEYS), where);
+  const nested: [string, unknown, Record<string, true>][] = [
+    ['events', config.events, EVENTS_KEYS],
+    ['reconcile', config.reconcile, RECONCILE_KEYS],
+    ['duplicateScan', config.duplicateScan, DUPLICATE_SCAN_KEYS],
+    ...(Array.isArray(config.effects) ? config.effects : []).map(
+      (effect, i) => [`effects[${i}]`, effect, EFFECT_KEYS] as [string, unknown, Record<string, true>],
+    ),
+  ];
+  for (const [name, value, known] of nested)
+    if (typeof value === 'object' && value !== null) refuseUnknownKeys(value, Object.keys(known), where, `${name}.`);
 }
 
 /**

@@ -98,6 +98,7 @@ export function bindConsumer(
           onLeaseExpired,
           onError,
           surface: 'consumer',
+          traceId: event.traceId,
         }),
       handle: async (event, tx, counts, claimed) => {
         if (tx.dialect === 'postgres') await tx.run(`SELECT ${STATEMENT_TIMEOUT}`, [String(ms)]);
@@ -123,6 +124,7 @@ export function bindConsumer(
           ttl: CONSUMER_TTL,
           lease,
           surface: 'consumer',
+          traceId: event.traceId,
         },
         (ctx) => run(event, tx, ctx, counts),
       );

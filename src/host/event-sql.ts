@@ -92,6 +92,8 @@ const WAITING = [
 ];
 
 /** The event queue's versioned tables. */
+const ADD_TRACE_ID = 'ALTER TABLE oncely_events ADD COLUMN trace_id TEXT';
+
 export const eventMigrations: Migrations = {
   component: 'events',
   steps: [
@@ -107,6 +109,8 @@ export const eventMigrations: Migrations = {
     { version: 4, sqlite: intoTotals('sqlite'), postgres: intoTotals('postgres') },
     { version: 5, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
     { version: 6, sqlite: WAITING, postgres: WAITING },
+    // The intent's trace id, from the sender's headers or the enqueuing handler: its consumer runs under it.
+    { version: 7, sqlite: ADD_TRACE_ID, postgres: ADD_TRACE_ID },
   ],
 };
 
@@ -131,7 +135,7 @@ export const EVENT_WORK: WorkTable = {
   pending: 'pending',
   dead: 'dead',
   attempts: 'attempts',
-  returning: ['type', 'payload', 'received_at', 'waits', 'wait_from', 'wait_aggregate'],
+  returning: ['type', 'payload', 'received_at', 'waits', 'wait_from', 'wait_aggregate', 'trace_id'],
   order: 'received_at',
   touched: 'updated_at',
   reclaimNote: { column: 'last_error', text: 'lease expired: the worker holding the event stopped' },
@@ -164,12 +168,13 @@ export const insertEvent = (
   payload: string,
   bodyHash: string,
   now: number,
+  traceId: string | null = null,
 ): Statement => ({
   text: `INSERT INTO oncely_events
-  (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at)
-  VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)
+  (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at, trace_id)
+  VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?)
   ON CONFLICT (source, event_id) DO NOTHING`,
-  values: [source, eventId, type, payload, bodyHash, now, now, now],
+  values: [source, eventId, type, payload, bodyHash, now, now, now, traceId],
 });
 
 /** What a duplicate is compared with; the payload only for rows stored before body_hash. */
@@ -209,6 +214,7 @@ export interface ClaimedRow {
   waits: number | string;
   wait_from: number | string | null;
   wait_aggregate: string | null;
+  trace_id: string | null;
 }
 
 /** The aggregate's version row, created empty when missing. */

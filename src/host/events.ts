@@ -78,6 +78,14 @@ const run = (sql: Sql, { text, values }: Statement) => sql.run(text, values);
 // Kept here too: the event queue exported it first.
 export { backoffDelay };
 
+/** How an event reached `EventQueue.intake`: the surface its duplicates count under, the trace id it carries. */
+export interface IntakeOptions {
+  /** Default 'webhook'. */
+  surface?: IntakeSurface;
+  /** The intent's trace id from the sender (a header, the outbox row); consumers run under it. */
+  traceId?: string;
+}
+
 /**
  * Persisted event intake and delivery: events are stored first, then consumed asynchronously with
  * bounded retries and dead letters. Several processes on one PostgreSQL share the work.
@@ -149,7 +157,7 @@ export class EventQueue {
     type: string,
     data: unknown,
     tx?: Sql,
-    surface: IntakeSurface = 'webhook',
+    { surface = 'webhook', traceId }: IntakeOptions = {},
   ): Promise<'accepted' | 'duplicate' | 'conflict'> {
     validateKey(id);
     validateEventType(type);
@@ -159,7 +167,7 @@ export class EventQueue {
     const hash = bodyHash(type, payload);
     const insert = async (sql: Sql, count: Count) => {
       const now = this.clock.now();
-      const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now));
+      const inserted = await run(sql, q.insertEvent(source, id, type, payload, hash, now, traceId));
       const outcome = inserted > 0 ? 'accepted' : await this.repeated(sql, source, id, hash);
       await count('oncely_events_total', [source, this.label(source, type), outcome]);
       if (outcome === 'duplicate')
@@ -410,6 +418,7 @@ export class EventQueue {
         data: JSON.parse(row.payload),
         receivedAt: Number(row.received_at),
         attempt: attempts,
+        ...(row.trace_id === null ? {} : { traceId: row.trace_id }),
       };
       const binding = this.options.consumerFor(event.source, event.type);
       // last_error cleared: an applied event shows no failure of an earlier attempt.

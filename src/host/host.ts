@@ -33,6 +33,7 @@ import type { App } from './app.js';
 import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
 import { type BrokerStatus, hostBrokers } from './brokers.js';
 import { bindConsumer } from './consume.js';
+import { traceIdOf } from './context.js';
 import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
 import { type OutboxMessage, OutboxRelay } from './outbox.js';
@@ -161,7 +162,10 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   // The app's own consumers, with the outbox id as the event id: every topic's target unless routed elsewhere.
   const consumers = {
     deliver: async (m: OutboxMessage) =>
-      void (await events.intake('outbox', m.id, m.topic, m.payload, undefined, 'outbox')),
+      void (await events.intake('outbox', m.id, m.topic, m.payload, undefined, {
+        surface: 'outbox',
+        traceId: m.traceId,
+      })),
   };
   const brokers = await hostBrokers(app.config, { db, events, consumers, logger });
   const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals, clock });
@@ -257,7 +261,9 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     });
     let outcome: Awaited<ReturnType<EventQueue['intake']>>;
     try {
-      outcome = await events.intake(name, read.id, read.type, read.data);
+      outcome = await events.intake(name, read.id, read.type, read.data, undefined, {
+        traceId: traceIdOf(request.headers),
+      });
     } catch (error) {
       endSpan(span, {}, error);
       throw error;

@@ -15,7 +15,7 @@ import { problemFor } from '../http/problem.js';
 import type { HttpResponse } from '../http/response.js';
 import { type App, claimDeclarations, type HandlerModule } from './app.js';
 import { byteLimit, readBodyCapped } from './body.js';
-import { hostContext } from './context.js';
+import { hostContext, traceparentId } from './context.js';
 import { createDataStore } from './data-store.js';
 import { STATEMENT_TIMEOUT, timeoutMs, withinTimeout } from './deadline.js';
 import { logFailure } from './failure-log.js';
@@ -52,7 +52,8 @@ export interface InvokeDeps {
 /**
  * The response header of an executed invocation under a key: the record's attempt that ran it (1,
  * then + 1 per takeover or released failure), so a client or a test tells a takeover from a first
- * execution. Replays and refusals do not carry it; `Idempotent-Replayed` says a replay.
+ * execution. It is stored with the answer, so its replays carry it too (`Idempotent-Replayed`
+ * tells them apart); refusals and keyless calls do not.
  */
 export const ATTEMPT_HEADER = 'oncely-attempt';
 
@@ -123,6 +124,8 @@ export class Invoker {
           // Claim first: every answer the host hands the gate is kept; onError chose the failures.
           ...(external ? { storeStatuses: () => true } : {}),
           maxBodyBytes: this.maxBodyBytes,
+          // A replay is the first answer: the attempt that ran it is part of it.
+          replayHeaders: ['content-type', ATTEMPT_HEADER],
           // Counted and decided as the host's handlers, not as HTTP middleware.
         },
         'handler',
@@ -147,7 +150,10 @@ export class Invoker {
     let ids: Ids;
     try {
       ids = {
-        traceId: readIdHeader(request.headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER),
+        // A W3C traceparent names the intent too when no Oncely-Trace-Id does.
+        traceId:
+          readIdHeader(request.headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER) ??
+          traceparentId(request.headers.get('traceparent')),
         requestId: readIdHeader(request.headers.get(REQUEST_ID_HEADER) ?? undefined, REQUEST_ID_HEADER) ?? randomUUID(),
       };
     } catch (error) {
@@ -268,9 +274,9 @@ export class Invoker {
           await execution.abandon(error);
           throw error;
         }
-        const finished = await execution.finish(answer, true);
+        const finished = await execution.finish(executed(answer, execution.context, ids), true);
         await counts.engine('handler', handler.action);
-        return withAttempt(finished, execution.context.attempt);
+        return finished;
       });
       this.deps.afterCommit();
       return response;
@@ -306,20 +312,20 @@ export class Invoker {
       const response = await totals.transaction(async (tx, counts) => {
         if (tx.dialect === 'postgres') await this.prepare(tx, handler.timeoutMs, undefined);
         const answer = await execution.within(() => run(tx, execution.context, counts.count));
-        const finished = await execution.finish(answer, true, tx.handle);
+        const finished = await execution.finish(executed(answer, execution.context, ids), true, tx.handle);
         await counts.engine('handler', handler.action);
-        return withAttempt(finished, execution.context.attempt);
+        return finished;
       });
       this.deps.afterCommit();
       return response;
     } catch (error) {
-      const answer = this.failed(error, id, facts.key, ids);
+      // The claim was committed first: this attempt ran, whatever becomes of its outcome.
+      const answer = executed(this.failed(error, id, facts.key, ids), execution.context, ids);
       // After the rollback: on SQLite a write of claimIn waits for the transaction before it.
       if (storesError(handler.onError, error) && !NEVER_STORED.has((error as { code?: string }).code ?? ''))
         await execution.finish(answer, true);
       else await execution.abandon(error);
-      // The claim was committed first: this attempt ran, whatever became of its outcome.
-      return withAttempt(answer, execution.context.attempt);
+      return answer;
     }
   }
 
@@ -441,10 +447,14 @@ function inProgress(): HttpResponse {
   );
 }
 
-/** The answer of an execution, with the attempt it was (after finish: a stored answer never carries it). */
-function withAttempt(response: HttpResponse, attempt: number): HttpResponse {
-  response.headers[ATTEMPT_HEADER] = String(attempt);
-  return response;
+/**
+ * The answer of an execution under a key as it is stored, whole: the attempt it was, and the
+ * intent's trace id (the record's) and this attempt's request id in the envelope, so every replay
+ * of it is this answer byte for byte.
+ */
+function executed(response: HttpResponse, context: RunContext, ids: Ids): HttpResponse {
+  response.headers[ATTEMPT_HEADER] = String(context.attempt);
+  return withIds(response, { traceId: context.traceId, requestId: ids.requestId });
 }
 
 /** Problem documents of the gate, in the host's envelope (status, Retry-After and the ids kept). */
@@ -461,12 +471,20 @@ function asEnvelope(response: HttpResponse): HttpResponse {
 }
 
 /**
- * The envelope with the ids added last, `{ code, data | error, traceId, requestId }`, and as the
- * Oncely-Trace-Id and X-Request-Id headers. The trace id is the record's when the gate answered
- * (a replay keeps the first claim's), else the one the caller sent; added after the gate, since a
- * stored envelope must not carry the request id of its first attempt.
+ * Every answer with the ids: the Oncely-Trace-Id header (the record's when the gate answered, else
+ * the one the caller sent) and this request's X-Request-Id. An execution under a key has them in
+ * its envelope already (see `executed`), and a replay is that stored envelope, byte for byte, so
+ * its `requestId` names the attempt that ran; any other answer gets them here, a replay of an
+ * answer stored before envelopes were stored whole (it has no Oncely-Attempt) included.
  */
 function identified(response: HttpResponse, ids: Ids): HttpResponse {
+  if (response.headers[ATTEMPT_HEADER] === undefined) return withIds(response, ids);
+  response.headers['x-request-id'] = ids.requestId;
+  return response;
+}
+
+/** The envelope with the ids added last, `{ code, data | error, traceId, requestId }`, and as headers. */
+function withIds(response: HttpResponse, ids: Ids): HttpResponse {
   const traceId = (response.headers['oncely-trace-id'] as string | undefined) ?? ids.traceId;
   const { headers } = response;
   if (traceId !== undefined) headers['oncely-trace-id'] = traceId;

@@ -18,6 +18,9 @@ export async function openHost(
   options: { poolSize?: number } & Pick<HostOptions, 'clock' | 'hooks'> = {},
 ): Promise<Host> {
   const app = await loadApp(dir).catch((error: unknown) => {
+    // These name the file and what to change already; their code is what a caller matches on.
+    if (error instanceof OncelyError && (error.code === 'CONFIG_KEY_UNKNOWN' || error.code === 'PACKAGE_MISSING'))
+      throw error;
     throw new OncelyError('CONFIG_INVALID', `cannot load the app in ${dir}: ${oneLine(error)}`, { cause: error });
   });
   const database = await openDb(db ?? app.config.db ?? join(app.dir, '.oncely', 'app.db'), {

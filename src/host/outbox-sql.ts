@@ -20,6 +20,8 @@ const OUTBOX_V1 = `CREATE TABLE IF NOT EXISTS oncely_outbox (
 // The claim's fence: attempts alone would do, but a counter that only ever grows cannot repeat.
 const ADD_FENCE = 'ALTER TABLE oncely_outbox ADD COLUMN fence BIGINT NOT NULL DEFAULT 0';
 
+const ADD_TRACE_ID = 'ALTER TABLE oncely_outbox ADD COLUMN trace_id TEXT';
+
 /**
  * Retention's indexes (retention-sql.ts): delivered rows by their delivery, dead ones by when they
  * died. Partial, so pending and delivering rows (the relay's) are in neither.
@@ -40,6 +42,8 @@ export const outboxMigrations: Migrations = {
     // Where deliveries are counted; the events component makes it too (whichever migrates first).
     { version: 3, sqlite: totalsTable('sqlite'), postgres: totalsTable('postgres') },
     { version: 4, sqlite: AGE_INDEXES, postgres: AGE_INDEXES },
+    // The trace id of the intent that enqueued the message: its consumers run under it.
+    { version: 5, sqlite: ADD_TRACE_ID, postgres: ADD_TRACE_ID },
   ],
 };
 
@@ -51,7 +55,7 @@ export const OUTBOX_WORK: WorkTable = {
   pending: 'pending',
   dead: 'dead',
   attempts: 'attempts',
-  returning: ['topic', 'payload', 'created_at'],
+  returning: ['topic', 'payload', 'created_at', 'trace_id'],
   order: 'created_at, id',
 };
 
@@ -61,6 +65,7 @@ export interface OutboxRow {
   topic: string;
   payload: string;
   created_at: number | string;
+  trace_id: string | null;
 }
 
 /** Rows due for delivery now, besides those whose relay let the lease run out. */
@@ -70,8 +75,14 @@ export const dueNow = (now: number): Statement => ({
 });
 
 /** Writes a message unless its id is written already. */
-export const insertMessage = (id: string, topic: string, payload: string, now: number): Statement => ({
-  text: `INSERT INTO oncely_outbox (id, topic, payload, status, next_attempt_at, created_at)
-     VALUES (?, ?, ?, 'pending', ?, ?) ON CONFLICT (id) DO NOTHING`,
-  values: [id, topic, payload, now, now],
+export const insertMessage = (
+  id: string,
+  topic: string,
+  payload: string,
+  now: number,
+  traceId: string | null,
+): Statement => ({
+  text: `INSERT INTO oncely_outbox (id, topic, payload, status, next_attempt_at, created_at, trace_id)
+     VALUES (?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+  values: [id, topic, payload, now, now, traceId],
 });

@@ -19,11 +19,14 @@ export interface OutboxMessage {
   topic: string;
   payload: unknown;
   createdAt: number;
+  /** The trace id of the intent that enqueued it, when it had one. */
+  traceId?: string;
 }
 
 /**
  * Writes a message in the caller's transaction; an id already written is not written again. `now`
- * is when it is created and due (the host's clock; default the system's).
+ * is when it is created and due (the host's clock; default the system's); `traceId` the intent's,
+ * which its consumers run under.
  */
 export async function enqueue(
   tx: Sql,
@@ -31,9 +34,10 @@ export async function enqueue(
   topic: string,
   payload: unknown,
   now: number = Date.now(),
+  traceId?: string,
 ): Promise<{ id: string; created: boolean }> {
   validateKey(id);
-  const { text, values } = insertMessage(id, topic, JSON.stringify(payload ?? null), now);
+  const { text, values } = insertMessage(id, topic, JSON.stringify(payload ?? null), now, traceId ?? null);
   const created = await tx.run(text, values);
   return { id, created: created === 1 };
 }
@@ -143,6 +147,7 @@ export class OutboxRelay {
             topic: row.topic,
             payload: JSON.parse(row.payload) as unknown,
             createdAt: Number(row.created_at),
+            ...(row.trace_id === null ? {} : { traceId: row.trace_id }),
           }),
         ),
       );

@@ -60,6 +60,8 @@ export interface HostEvent {
   receivedAt: number;
   /** 1 on the first delivery to the consumer, growing with each retry. */
   attempt: number;
+  /** The intent's trace id, when the sender's headers or the enqueuing handler gave one; its consumer runs under it. */
+  traceId?: string;
 }
 
 /**

@@ -2,8 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { Batcher } from '../core/batcher.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { loadPeer } from '../core/peer.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import { compareIds, type Insert, idKey, insertByTimes, insertOncePerId } from '../core/record-batch.js';
+import { checkUrl } from '../core/url.js';
 import type {
   Expectation,
   InsertResult,
@@ -219,12 +221,7 @@ async function updateAll(
 
 /** Loads the optional mysql2 driver and opens a pool the store owns. */
 async function openPool(uri: string): Promise<MysqlPool> {
-  let mysql: typeof import('mysql2/promise');
-  try {
-    mysql = await import('mysql2/promise');
-  } catch {
-    throw new InvalidArgumentError("mysqlStore({ uri }) needs the 'mysql2' package: npm install mysql2");
-  }
+  const mysql = await loadPeer(() => import('mysql2/promise'), 'mysqlStore({ uri })', ['mysql2']);
   // utf8mb4 on the wire: keys are stored as their UTF-8 bytes.
   // Statements of one batch go in one round trip (see runAll); every value is still escaped by mysql2.
   return mysql.createPool({
@@ -306,6 +303,8 @@ export class MysqlStore implements RecordStore {
     )
       throw new InvalidArgumentError('mysqlStore pool must be a mysql2/promise Pool (with query and getConnection)');
     this.given = options.pool;
+    // A malformed URI fails here, not as a DNS error at the first call.
+    if (options.uri !== undefined) checkUrl(options.uri, 'mysqlStore uri');
     this.uri = options.uri;
     this.names = sql.names(database, table);
     if (!batch) return;

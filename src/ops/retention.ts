@@ -3,6 +3,7 @@
  * short transaction, so live intake, claims and relays interleave between batches instead of
  * waiting for a whole purge; a pass stops per table after `maxBatches` or when nothing is left.
  */
+import { refuseUnknownKeys } from '../core/closest.js';
 import { type Duration, type Ttl, toMs, ttlToMs } from '../core/duration.js';
 import { OncelyError } from '../core/errors.js';
 import type { Metrics } from '../core/metrics.js';
@@ -98,12 +99,7 @@ export function retentionSettings(config: RetentionConfig | false | undefined): 
   const given = config === false ? {} : (config ?? {});
   if (typeof given !== 'object' || given === null || Array.isArray(given))
     throw new OncelyError('CONFIG_INVALID', 'retention must be an object of retentions, or false');
-  for (const name of Object.keys(given))
-    if (!KNOWN.has(name))
-      throw new OncelyError(
-        'CONFIG_INVALID',
-        `retention.${name} is not a retention setting (${[...KNOWN].join(', ')})`,
-      );
+  refuseUnknownKeys(given, [...KNOWN], 'oncely.config.ts', 'retention.');
   const merged = { ...RETENTION_DEFAULTS, ...given };
   const checked = <T>(what: string, read: () => T): T => {
     try {

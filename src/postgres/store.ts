@@ -1,8 +1,10 @@
 import { Batcher } from '../core/batcher.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { loadPeer } from '../core/peer.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import { compareIds, type Insert, idKey, insertByTimes, insertOncePerId } from '../core/record-batch.js';
+import { checkUrl } from '../core/url.js';
 import type {
   Expectation,
   InsertResult,
@@ -133,12 +135,7 @@ async function updateAll(db: PgQueryable, n: sql.Names, items: UpdateItem[]): Pr
 
 /** Loads the optional pg driver and opens a pool the store owns. */
 async function openPool(connectionString: string): Promise<PgPool> {
-  let pg: typeof import('pg');
-  try {
-    pg = await import('pg');
-  } catch {
-    throw new InvalidArgumentError("postgresStore({ connectionString }) needs the 'pg' package: npm install pg");
-  }
+  const pg = await loadPeer(() => import('pg'), 'postgresStore({ connectionString })', ['pg']);
   const pool = new (pg.default ?? pg).Pool({ connectionString, max: 10 });
   // An idle connection that dies (server restart) emits 'error'; unheard it would crash the
   // process. The next statement on the pool reports the outage instead.
@@ -202,6 +199,8 @@ export class PostgresStore implements RecordStore {
     if (options.pool !== undefined && typeof options.pool.query !== 'function')
       throw new InvalidArgumentError('postgresStore pool must be a pg Pool (or have query, connect and end)');
     this.given = options.pool;
+    // A malformed URL fails here, not as a DNS error at the first call.
+    if (options.connectionString !== undefined) checkUrl(options.connectionString, 'postgresStore connectionString');
     this.connectionString = options.connectionString;
     this.names = sql.names(schema, table);
     if (!batch) return;

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
+import { loadPeer } from '../core/peer.js';
 import type { RedisScript } from './scripts.js';
 
 /**
@@ -178,18 +179,9 @@ type IoredisModule = {
 
 /** A client of `target` (a URL, or a cluster's nodes), not connected yet. */
 export async function openClient(target: string | RedisClusterNode[], durability: Durability): Promise<OwnedClient> {
-  let ioredis: IoredisModule;
-  try {
-    ioredis = (await import('ioredis')) as unknown as IoredisModule;
-  } catch (cause) {
-    throw new OncelyError(
-      'INVALID_ARGUMENT',
-      'redisStore({ url | cluster }) needs the ioredis package: npm install ioredis',
-      {
-        cause,
-      },
-    );
-  }
+  const ioredis = (await loadPeer(() => import('ioredis'), 'redisStore({ url | cluster })', [
+    'ioredis',
+  ])) as unknown as IoredisModule;
   const io = (
     typeof target === 'string'
       ? new ioredis.Redis(target, ownedClientOptions())

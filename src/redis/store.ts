@@ -1,6 +1,7 @@
 import { Batcher } from '../core/batcher.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
+import { checkUrl } from '../core/url.js';
 import type {
   Expectation,
   InsertResult,
@@ -134,6 +135,8 @@ export class RedisStore implements RecordStore {
     if (options.cluster !== undefined && (!Array.isArray(options.cluster) || options.cluster.length === 0))
       throw new InvalidArgumentError('redisStore: `cluster` must list at least one { host, port }');
     this.timeoutMs = timeoutMs;
+    // A malformed URL fails here, not at the first call.
+    if (options.url !== undefined) checkUrl(options.url, 'redisStore url');
     this.target = options.url ?? options.cluster;
     // WAIT's own timeout, so a write short of replicas is answered before the store's timer fires.
     this.durability = { replicas, ms: Math.max(1, Math.floor(timeoutMs / 2)) };

@@ -45,9 +45,9 @@ const ATTEMPT_HEADER = 'oncely-attempt';
 
 /**
  * A host's `POST /v1/invoke/:handler` answer read the way the kit reports a call: `{ value: data,
- * replayed, record: { attempts } }` (replayed from `Idempotent-Replayed`, the attempt from
- * `Oncely-Attempt`, on executed answers only), or the envelope's error thrown with its `code` and
- * `status`. A storm's or crash child's `run` returns it so the report tells replays, executions
+ * replayed, record: { attempts } }` (replayed from `Idempotent-Replayed`, the attempt that ran the
+ * answer, replayed or not, from `Oncely-Attempt`), or the envelope's error thrown with its `code`
+ * and `status`. A storm's or crash child's `run` returns it so the report tells replays, executions
  * and takeovers (attempt above 1, not replayed) apart.
  */
 export async function invokeResult(

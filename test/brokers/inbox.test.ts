@@ -27,9 +27,11 @@ afterAll(async () => {
 describe('oncely/brokers', () => {
   it('loads no broker client until a source or target connects', async () => {
     const entry = fileURLToPath(new URL('../../src/brokers/index.ts', import.meta.url));
-    // A resolve hook that refuses the broker clients (NATS, amqplib, the Redis clients): importing the entry must not ask for them.
+    // A resolve hook that answers the broker clients (NATS, amqplib, the Redis clients) as Node answers
+    // a package not installed: importing the entry must not ask for them.
     const hook = `export async function resolve(specifier, context, next) {
-      if (/^(@nats-io\\/|amqplib$|ioredis$|redis$)/.test(specifier)) throw new Error('loaded ' + specifier);
+      if (/^(@nats-io\\/|amqplib$|ioredis$|redis$)/.test(specifier))
+        throw Object.assign(new Error("Cannot find package '" + specifier + "' imported from here"), { code: 'ERR_MODULE_NOT_FOUND' });
       return next(specifier, context);
     }`;
     const register = `import { register } from 'node:module'; register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hook)}));`;
@@ -53,7 +55,7 @@ describe('oncely/brokers', () => {
       console.log(source.status().lastError);
       await source.stop();`;
     expect((await run(connect)).stdout).toContain(
-      "CONFIG_INVALID: a NATS source or target needs '@nats-io/transport-node'",
+      "PACKAGE_MISSING: a NATS source or target needs '@nats-io/transport-node'",
     );
   });
 });

@@ -37,7 +37,6 @@ describe('retention settings', () => {
     [{ maxBatches: 2.5 }, 'retention.maxBatches'],
     [{ every: '0s' }, 'retention.every'],
     [{ events: 0 }, 'retention.events'],
-    [{ evnts: '1d' }, 'retention.evnts'],
   ])('refuses %j with CONFIG_INVALID naming it', (config, named) => {
     const refused = (() => {
       try {
