@@ -100,7 +100,6 @@ const ALLOWED: Record<string, Partial<Record<Kind, number>>> = {
   'test/brokers/storm.test.ts': { sleep: 2 },
   'test/brokers/support/brokers.ts': { helper: 1, deadline: 1, sleep: 1 },
   'test/brokers/support/nats.ts': { helper: 1, deadline: 1, sleep: 1 },
-  'test/cli-serve.test.ts': { sleep: 5 },
   'test/client/client.test.ts': { sleep: 1 },
   'test/db/postgres-lost.test.ts': { helper: 1, deadline: 1, sleep: 5 },
   'test/engine/observability.test.ts': { sleep: 4 },
