@@ -134,7 +134,6 @@ const ALLOWED: Record<string, Partial<Record<Kind, number>>> = {
   'test/ops/retention-sqlite-share.test.ts': { sleep: 2 },
   'test/ops/retention-writer.ts': { sleep: 1 },
   'test/ops/retention.test.ts': { deadline: 1, sleep: 1 },
-  'test/package/install.test.ts': { sleep: 1 },
   'test/stores/conformance.ts': { sleep: 13 },
   'test/stores/listing.ts': { sleep: 2 },
   'test/stores/mysql/mysql-store.test.ts': { sleep: 5 },
