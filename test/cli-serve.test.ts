@@ -11,10 +11,10 @@ import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropSchema, freshSchema, POSTGRES_URL } from './support/postgres.js';
+import { until } from './support/wait.js';
 
 const run = promisify(execFile);
 const CLI = 'dist/cli/main.js';
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function app(files: Record<string, string>): string {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-serve-'));
@@ -51,7 +51,11 @@ export function handle() { throw Object.assign(new Error('thing T-1 is taken'), 
     server.stderr?.on('data', (c) => {
       stderr += c;
     });
-    for (let i = 0; i < 100 && !/stop with Ctrl-C/.test(stdout); i++) await sleep(100);
+    await until(
+      'the serve banner to end with its Ctrl-C line',
+      () => (server.exitCode === null ? stdout : `exited ${server.exitCode}: ${stderr}`),
+      (out) => /stop with Ctrl-C/.test(out),
+    );
     base = stdout.match(/on (http:\/\/localhost:\d+)/)?.[1] ?? '';
   });
   afterAll(() => server.kill('SIGTERM'));
@@ -100,11 +104,15 @@ export function handle() { throw Object.assign(new Error('thing T-1 is taken'), 
     const taken = await post('/v1/invoke/things.taken', { id: 'T-1' });
     expect(taken.status).toBe(409);
     expect(taken.body.error).toEqual({ code: 'THING_TAKEN', message: 'thing T-1 is taken' });
-    await sleep(100);
-    expect(stderr).toContain(
-      'oncely: handler failed: things.boom, key b-1: Error: relation "secret_internals" does not exist\n',
+    // The lines reach this process through the child's stderr pipe, after the answers.
+    const boomLine =
+      'oncely: handler failed: things.boom, key b-1: Error: relation "secret_internals" does not exist\n';
+    const takenLine = 'oncely: handler failed: things.taken, key T-1: Error THING_TAKEN: thing T-1 is taken\n';
+    await until(
+      'both handler failures logged',
+      () => stderr,
+      (err) => err.includes(boomLine) && err.includes(takenLine),
     );
-    expect(stderr).toContain('oncely: handler failed: things.taken, key T-1: Error THING_TAKEN: thing T-1 is taken\n');
   });
 
   it('logs a failed consumer attempt in one line, and clears last_error once the event applies', async () => {
@@ -117,13 +125,17 @@ export function handle() { throw Object.assign(new Error('thing T-1 is taken'), 
         sqlite.close();
       }
     };
-    for (let i = 0; i < 50 && (read() as { status: string } | undefined)?.status !== 'applied'; i++) await sleep(100);
-    expect(read()).toEqual({ status: 'applied', attempts: 2, last_error: null });
+    expect(
+      await until('evt_1 to apply', read, (row) => (row as { status: string } | undefined)?.status === 'applied'),
+    ).toEqual({ status: 'applied', attempts: 2, last_error: null });
     // The line reaches this process through the child's stderr pipe, which can be read after the row is applied.
     const logged =
       /oncely: consumer failed: hooks\/flaky event evt_1, attempt 1 of 3, retry in \d+ ms: Error FLAKY: the first attempt fails\n/;
-    for (let i = 0; i < 50 && !logged.test(stderr); i++) await sleep(100);
-    expect(stderr).toMatch(logged);
+    await until(
+      'the failed attempt of evt_1 logged',
+      () => stderr,
+      (err) => logged.test(err),
+    );
   });
 });
 

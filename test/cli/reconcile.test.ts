@@ -15,6 +15,7 @@ import type { RecordStore } from '../../src/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { type StoreName, selectStores } from '../support/store-filter.js';
 
 const run = promisify(execFile);
 // The CLI from its sources: the same command a user runs, without a build.
@@ -60,14 +61,15 @@ function unknownRecord(action: string, key: string): StoredRecord {
 }
 
 const schema = freshSchema();
-const targets: { name: string; db: (dir: string) => string; store: (db: string) => RecordStore }[] = [
-  { name: 'SQLite', db: (dir) => join(dir, 'app.db'), store: (db) => sqliteStore({ path: db }) },
+/** The databases ONCELY_STORES selects. */
+const targets = selectStores<{ name: StoreName; db: (dir: string) => string; store: (db: string) => RecordStore }>([
+  { name: 'sqlite', db: (dir) => join(dir, 'app.db'), store: (db) => sqliteStore({ path: db }) },
   {
-    name: 'PostgreSQL',
+    name: 'postgres',
     db: () => `${POSTGRES_URL}?schema=${schema}`,
     store: () => postgresStore({ connectionString: POSTGRES_URL, schema, table: 'oncely_records' }),
   },
-];
+]);
 
 describe('oncely reconcile', () => {
   afterAll(() => dropSchema(schema));

@@ -20,6 +20,7 @@ import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
 import { createOncely } from '../../src/engine/engine.js';
 import { recordStoreFor } from '../../src/host/records.js';
+import { until } from '../support/wait.js';
 
 const TOKEN = randomBytes(20).toString('hex');
 
@@ -161,17 +162,14 @@ describe('the dashboard mounted in Hono, Express and Fastify', () => {
       );
       expect(rebound).toBe(403);
       // sample: true takes the first sample a second after the first request built the dashboard.
-      for (let i = 0; i < 60; i++) {
-        const series = JSON.parse((await call(base, '/ops/api/series?window=1h', { token: null })).text).data;
-        if (series.samples.length > 0) {
-          // The database's totals at that minute: what the stats route answers (nothing counted since).
-          const stats = JSON.parse((await call(base, '/ops/api/stats', { token: null })).text).data;
-          expect(series.samples[0].rateTotals).toEqual(stats.rateTotals);
-          return;
-        }
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      throw new Error('no sample within 6 s');
+      const series = await until(
+        'the first sample of the charts',
+        async () => JSON.parse((await call(base, '/ops/api/series?window=1h', { token: null })).text).data,
+        (data) => data.samples.length > 0,
+      );
+      // The database's totals at that minute: what the stats route answers (nothing counted since).
+      const stats = JSON.parse((await call(base, '/ops/api/stats', { token: null })).text).data;
+      expect(series.samples[0].rateTotals).toEqual(stats.rateTotals);
     } finally {
       await new Promise((r) => server.close(r));
       await mounted.close();

@@ -19,12 +19,12 @@ import type { Db } from '../../src/db/types.js';
 import { createOncely } from '../../src/engine/engine.js';
 import { createFlows } from '../../src/flows/flows.js';
 import { recordStoreFor } from '../../src/host/records.js';
+import { until } from '../support/wait.js';
 
 const run = promisify(execFile);
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const APP = fileURLToPath(new URL('./app', import.meta.url));
 export const TOKEN = randomBytes(20).toString('hex');
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One `oncely serve` process and its base URL. */
 export interface Serve extends ServeProcess {
@@ -62,17 +62,6 @@ export async function post(base: string, path: string, body: unknown, headers: R
     throw new Error(`${path} answered ${res.status}: ${text}`);
   }
   return { status: res.status, json };
-}
-
-/** Polls `read` until `ok` holds for its value; fails after `ms` with the last value. */
-export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (ok(value)) return value;
-    if (Date.now() > end) throw new Error(`timed out; last value ${JSON.stringify(value)}`);
-    await sleep(50);
-  }
 }
 
 export const CHARGE_KEY = 'ORD-U1-charge';
@@ -126,6 +115,7 @@ export async function leaveUnknownCharge(db: string, ledgerUp: string, rows: Db)
     const headers = { 'idempotency-key': key };
     void post(victim.base, `/v1/invoke/${handler}`, { orderId, hang: true }, headers).catch(() => undefined);
     await until(
+      `the victim serve to claim ${key}`,
       () => rows.all<{ state: string }>('SELECT state FROM oncely_records WHERE key = ?', [key]),
       (r) => r[0]?.state === 'in_progress',
     );
@@ -153,12 +143,14 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
   ] as const) {
     await post(base, '/v1/webhooks/hooks', { id, type: 'order.paid', orderId });
     await until(
+      `${id} to be dead-lettered`,
       () => rows.all<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [id]),
       (r) => r[0]?.status === 'dead',
     );
   }
   // The failed flow fails while the ledger is down, too (its label step reads the same file).
   await until(
+    'the ship flow of ORD-3 to fail',
     () => rows.all<{ status: string }>("SELECT status FROM oncely_flows WHERE name = 'ship' AND biz_id LIKE '%ORD-3%'"),
     (r) => r[0]?.status === 'failed',
   );
@@ -168,6 +160,7 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
   // The killed charges: after their lease the next caller is told the outcome is unknown.
   for (const [handler, orderId, key] of VICTIMS) {
     const unknown = await until(
+      `a caller of ${key} to be told OUTCOME_UNKNOWN once the killed holder's lease ran out`,
       () => post(base, `/v1/invoke/${handler}`, { orderId, hang: true }, { 'idempotency-key': key }),
       (r) => r.status !== 409 || r.json.error?.code === 'OUTCOME_UNKNOWN',
     );
@@ -223,6 +216,7 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
   if (first.deliveryState !== 'pending_approval') throw new Error(`notify: ${JSON.stringify(first)}`);
   // Everything settles before a page is compared with the database.
   await until(
+    'no flow pending, running or waiting',
     () =>
       rows.all<{ n: number | string }>(
         "SELECT COUNT(*) AS n FROM oncely_flows WHERE status IN ('pending', 'running', 'waiting')",
@@ -230,6 +224,7 @@ export async function makeData(base: string, rows: Db, ledgerUp: string, db: str
     (r) => Number(r[0]?.n) === 0,
   );
   await until(
+    'no event pending or processing',
     () =>
       rows.all<{ n: number | string }>(
         "SELECT COUNT(*) AS n FROM oncely_events WHERE status IN ('pending', 'processing')",

@@ -10,6 +10,8 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StormReport, storm } from '../../examples/shop/storm.js';
 import type { Db } from '../../src/db/types.js';
+import { sleep } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 import { launch } from './browser.js';
 import {
   type AgentSide,
@@ -28,11 +30,9 @@ import {
   RECONCILED_KEY,
   RETRY_KEY,
   type Serve,
-  sleep,
   startServe,
   stopServe,
   TOKEN,
-  until,
 } from './serve.js';
 
 /** Orders the shop storm makes: a few seconds of it, each order charged, paid and some refunded. */
@@ -382,6 +382,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(Number(old?.n)).toBe(0);
       expect(await apply({ olderThan: '1h' })).toEqual(['none']);
       expect(await apply({ tenant: 'tea-house', olderThan: '1h' })).toEqual(['none']);
+      // sleep: the charge must be a second old for the 1s filter to list it
       await sleep(1_100);
       const aged = await apply({ tenant: 'tea-house', olderThan: '1s' });
       expect(aged).toHaveLength(1);
@@ -402,6 +403,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(Number((await applied())[0]?.n)).toBe(0);
       await confirmClick(`Replay ${DEAD_EVENT}`, 'Replayed 1.');
       await until(
+        `the replayed ${DEAD_EVENT} to apply`,
         () =>
           rows.all<{ status: string; last_error: string }>(
             'SELECT status, last_error FROM oncely_events WHERE event_id = ?',
@@ -420,6 +422,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       expect(await appliedTo('ORD-D2')).toBe(0);
       await confirmClick('Replay all dead letters', 'Replayed 1.');
       await until(
+        `${DEAD_EVENT_2}, replayed with all, to apply`,
         () => rows.all<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [DEAD_EVENT_2]),
         (r) => r[0]?.status === 'applied',
       );
@@ -445,6 +448,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       await shot('flow');
       await confirmClick('Retry from the failed step', 'Retried.');
       await until(
+        'the retried flow to complete',
         () => rows.all<{ status: string }>('SELECT status FROM oncely_flows WHERE workflow_id = ?', [id]),
         (r) => r[0]?.status === 'completed',
       );
@@ -462,6 +466,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       await page.reload();
       await steps.waitFor();
       await until(
+        'the timeline to show the label step completed',
         () => steps.innerText(),
         (text) => text.includes('label completed'),
       );
@@ -496,6 +501,7 @@ export function dashboardSuite(name: 'sqlite' | 'postgres', target: () => string
       // A held tool call: its credits are reserved while its execute runs.
       const held = side.hold('ORD-2');
       const open = await until(
+        "the held call's credit reservation",
         () =>
           rows.all<{ action_id: string; credits: number | string; life: string }>(
             "SELECT action_id, credits, life FROM oncely_credit_reservations WHERE status = 'reserved'",

@@ -15,22 +15,12 @@ import { recordRef } from '../../src/core/record.js';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
 import { defineFlow } from '../../src/flows/define.js';
-import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
+import { hostTargets, type RunningHost, startHost } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const TOKEN = randomBytes(24).toString('hex');
 // biome-ignore lint/suspicious/noExplicitAny: answers are JSON read field by field.
 type Json = any;
-
-/** Polls `read` until `ok` holds for its value; fails after `ms` naming what it saw last. */
-async function until<T>(what: string, read: () => Promise<T>, ok: (value: T) => boolean, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (ok(value)) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}; last seen ${JSON.stringify(value)}`);
-    await sleep(25);
-  }
-}
 
 /** What a browser sends with a request a page of another site makes (no token: a page has none to send). */
 const ATTACKS: { name: string; headers: Record<string, string>; body?: string; status: number; code: string }[] = [

@@ -23,7 +23,8 @@ import type { Db } from '../../src/db/types.js';
 import { defineFlow } from '../../src/flows/define.js';
 import { createFlows } from '../../src/flows/flows.js';
 import { launch } from '../dashboard/browser.js';
-import { hostTargets, sleep } from '../support/host-app.js';
+import { hostTargets } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const curl = promisify(execFile);
 const FLOWS = pathToFileURL(fileURLToPath(new URL('../../dist/flows/index.js', import.meta.url))).href;
@@ -65,17 +66,6 @@ fetch(${JSON.stringify(targets.json)}, { method: 'POST', headers: { 'content-typ
 </script>`;
 }
 
-/** Polls `read` until `ok` holds for its value; fails after `ms` naming what it saw last. */
-async function until<T>(what: string, read: () => Promise<T>, ok: (value: T) => boolean, ms = 20_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (ok(value)) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}; last seen ${JSON.stringify(value)}`);
-    await sleep(50);
-  }
-}
-
 describe.each(hostTargets())('review3.1: oncely serve without a token on $name', ({ target: makeTarget, cleanup }) => {
   const target = makeTarget();
   let serve: ServeProcess;
@@ -95,6 +85,7 @@ describe.each(hostTargets())('review3.1: oncely serve without a token on $name',
       'the serve to fail the flow',
       () => flows.get(workflowId),
       (f) => f?.status === 'failed',
+      { timeoutMs: 20_000 },
     );
     await migrateAgentTables(db);
     await requestApproval(db, {
@@ -232,6 +223,7 @@ describe.each(hostTargets())('review3.1: oncely serve without a token on $name',
       'the retried flow to have run a second time',
       held,
       (h) => h.flow[0] === 'failed' && h.flow[1] === 2,
+      { timeoutMs: 20_000 },
     );
     expect(after.approval).toEqual(['approved', 'admin:loopback']);
   });

@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDb } from '../../src/db/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { selectStores } from '../support/store-filter.js';
 
 const run = promisify(execFile);
 // The CLI from its sources: the same command a user runs, without a build.
@@ -37,7 +38,7 @@ afterAll(async () => {
   for (const schema of schemas) await dropSchema(schema);
 });
 
-const dialects = [
+const dialects = selectStores([
   { name: 'sqlite', fresh: () => join(mkdtempSync(join(tmpdir(), 'oncely-dup-cli-db-')), 'app.db') },
   {
     name: 'postgres',
@@ -47,7 +48,7 @@ const dialects = [
       return `${POSTGRES_URL}?schema=${schema}`;
     },
   },
-] as const;
+] as const);
 
 for (const dialect of dialects)
   describe(`oncely reconcile --duplicates on ${dialect.name}`, () => {

@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { openDb } from '../../src/db/index.js';
 import { startHost } from '../support/host-app.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { selectStores } from '../support/store-filter.js';
 
 const ROWS = 100_000;
 const schemas: string[] = [];
@@ -17,7 +18,7 @@ afterAll(async () => {
   for (const schema of schemas) await dropSchema(schema);
 });
 
-const dialects = [
+const dialects = selectStores([
   { name: 'sqlite', fresh: () => join(mkdtempSync(join(tmpdir(), 'oncely-dup-load-')), 'app.db') },
   {
     name: 'postgres',
@@ -27,7 +28,7 @@ const dialects = [
       return `${POSTGRES_URL}?schema=${schema}`;
     },
   },
-] as const;
+] as const);
 
 for (const dialect of dialects)
   describe(`duplicate scan load on ${dialect.name}`, () => {

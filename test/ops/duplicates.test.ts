@@ -20,6 +20,8 @@ import { DuplicateScanner, listFindings, resolveEffects } from '../../src/ops/du
 import { type RunningHost, sleep, startHost, type TestApp } from '../support/host-app.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker } from '../support/spawn.js';
+import { selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
 const CHILD = new URL('./duplicates-child.ts', import.meta.url).pathname;
 
@@ -37,8 +39,8 @@ afterAll(async () => {
   for (const schema of schemas) await dropSchema(schema);
 });
 
-/** A fresh database of each dialect per test: a new SQLite file, a new PostgreSQL schema. */
-const dialects = [
+/** A fresh database of each dialect per test (those ONCELY_STORES selects): a new SQLite file, a new PostgreSQL schema. */
+const dialects = selectStores([
   { name: 'sqlite', fresh: () => join(mkdtempSync(join(tmpdir(), 'oncely-dup-')), 'app.db') },
   {
     name: 'postgres',
@@ -48,7 +50,7 @@ const dialects = [
       return `${POSTGRES_URL}?schema=${schema}`;
     },
   },
-] as const;
+] as const);
 
 function ledgerApp(config: HostConfig = {}): TestApp {
   return {
@@ -157,6 +159,7 @@ for (const dialect of dialects)
         expect(h.host.metrics.value('oncely_duplicates_total', ['scan', 'ledger', 'false'])).toBe(3);
 
         // A second scan sees the same groups: nothing new to count, last seen moves, first seen stays.
+        // sleep: the clock moves past the first scan's time, so its last seen can be told apart
         await sleep(5);
         const second = await h.host.scanDuplicates();
         expect(second.counted).toBe(0);
@@ -287,7 +290,8 @@ for (const dialect of dialects)
         await db.close();
         await h.stop();
       }
-    });
+      // Two processes storing the same 3,000 findings at once: 40 to 50 s on PostgreSQL on a loaded 2-core machine.
+    }, 120_000);
 
     it('fails the start on an unknown table or column, with its code', async () => {
       const cases: [HostConfig['effects'], string][] = [
@@ -379,11 +383,11 @@ for (const dialect of dialects)
           ['a1', 'A', 'charge', 1],
           ['a2', 'A', 'charge', 2],
         ]);
-        let found = 0;
-        for (let i = 0; i < 50 && found === 0; i++) {
-          await sleep(50);
-          found = (await listFindings(db, { limit: 10 })).findings.length;
-        }
+        const found = await until(
+          'the scheduled scan to store a finding',
+          async () => (await listFindings(db, { limit: 10 })).findings.length,
+          (n) => n > 0,
+        );
         expect(found).toBe(1);
         expect(h.host.metrics.value('oncely_duplicates_total', ['scan', 'ledger', 'false'])).toBe(1);
       } finally {
@@ -398,6 +402,7 @@ for (const dialect of dialects)
           ['a1', 'A', 'charge', 1],
           ['a2', 'A', 'charge', 2],
         ]);
+        // sleep: four periods of the schedule above pass, in which no scan may run
         await sleep(400);
         expect((await listFindings(offDb, { limit: 10 })).findings).toEqual([]);
       } finally {

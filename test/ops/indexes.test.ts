@@ -24,6 +24,7 @@ import {
 } from '../../src/ops/retention-sql.js';
 import type { Statement } from '../../src/work/index.js';
 import { claim, settle } from '../../src/work/sql.js';
+import { SELECTED_STORES } from '../support/store-filter.js';
 import { type Target, targets } from '../work/support/targets.js';
 
 const COMPONENTS: readonly Migrations[] = [eventMigrations, outboxMigrations, flowMigrations, agentMigrations];
@@ -239,8 +240,10 @@ const PAGES: {
 ];
 
 const STATISTICS = { sqlite: [false, true], postgres: [true] } as const;
+/** The dialects ONCELY_STORES selects. */
+const DIALECTS = (['sqlite', 'postgres'] as const).filter((dialect) => SELECTED_STORES.has(dialect));
 
-for (const dialect of ['sqlite', 'postgres'] as const)
+for (const dialect of DIALECTS)
   for (const analyzed of STATISTICS[dialect])
     describe(`indexes on ${dialect}${analyzed ? ' after ANALYZE' : ' without statistics'}`, () => {
       let target: Target;
@@ -304,7 +307,7 @@ for (const dialect of ['sqlite', 'postgres'] as const)
         });
     });
 
-for (const dialect of ['sqlite', 'postgres'] as const)
+for (const dialect of DIALECTS)
   describe(`the index migrations on ${dialect}`, () => {
     let target: Target;
     let db: Db;

@@ -7,6 +7,7 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { until } from '../support/wait.js';
 import { PKG, packedWorkspace, type Workspace } from './packed.js';
 
 /** Entry points and the peer each needs to import; `null`: oncely's own dependencies suffice. */
@@ -160,17 +161,20 @@ describe('oncely installed from its tarball', () => {
 
     // As a container runtime stops `npx oncely serve`: SIGTERM to npx, which passes it to its shell.
     server.child.kill('SIGTERM');
-    for (
-      let i = 0;
-      i < 40 &&
-      (await fetch(`${base}/v1/health`).then(
-        () => true,
-        () => false,
-      ));
-      i++
-    )
-      await new Promise((r) => setTimeout(r, 250));
-    expect(server.output()).toContain('stopping: finishing in-flight work');
+    await until(
+      'the served app to stop answering after SIGTERM',
+      () =>
+        fetch(`${base}/v1/health`).then(
+          () => 'answering',
+          () => 'stopped',
+        ),
+      (state) => state === 'stopped',
+    );
+    await until(
+      'the serve to say it stops',
+      () => server.output(),
+      (out) => out.includes('stopping: finishing in-flight work'),
+    );
     await expect(fetch(`${base}/v1/health`)).rejects.toThrow();
   });
 
