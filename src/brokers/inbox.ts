@@ -6,9 +6,11 @@
  * one that failed otherwise gives its messages back to the broker for redelivery. No broker client is
  * imported here: sources come from their own modules (`nats.ts`, `rabbitmq.ts`, `redis-streams.ts`).
  */
+
 import { isContractError, OncelyError } from '../core/errors.js';
 import { MAX_EVENT_TYPE_LENGTH, validateEventType, validateKey } from '../core/key.js';
 import type { OncelyLogger } from '../core/observer.js';
+import { dataRefusal } from '../db/refusal.js';
 import type { Db, Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import type { Oncely, RunRequest } from '../engine/engine.js';
@@ -190,16 +192,11 @@ function store(
 
 /**
  * True when a failed transaction was refused for what a message holds, not for the database's
- * state: the queue's own checks (a contract error), PostgreSQL's data and constraint errors
- * (SQLSTATE classes 22 and 23, a NUL byte in text among them) and SQLite's constraint, type and
- * size errors, the classes the record stores retry item by item too.
+ * state: the queue's own checks (a contract error) and the database's data and constraint errors
+ * (dataRefusal: a NUL byte in text among them), the classes the record stores retry item by item too.
  */
 function refusedByDatabase(error: unknown): boolean {
-  if (isContractError(error)) return true;
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string') return false;
-  if (code.length === 5 && (code.startsWith('22') || code.startsWith('23'))) return true;
-  return code.startsWith('SQLITE_CONSTRAINT') || code === 'SQLITE_MISMATCH' || code === 'SQLITE_TOOBIG';
+  return isContractError(error) || dataRefusal(error) !== undefined;
 }
 
 /** Options of an inbox over an Oncely engine, for a service that is not an oncely app. */

@@ -1,3 +1,4 @@
+import { dataRefusal } from '../db/refusal.js';
 import type { Sql } from '../db/types.js';
 import { Operator } from './operators.js';
 import { type AppSchema, type ColumnSchema, findTable, quoteIdent, type TableSchema } from './schema.js';
@@ -42,11 +43,9 @@ function refusalOf(error: unknown): Refusal | undefined {
   if (code === '42P10' || /ON CONFLICT clause does not match/.test(error.message)) {
     return new Refusal('UNIQUE_REQUIRED', message);
   }
-  if (code.startsWith('23') || code.startsWith('SQLITE_CONSTRAINT'))
-    return new Refusal('CONSTRAINT_VIOLATION', message);
-  if ((code.length === 5 && code.startsWith('22')) || code === 'SQLITE_MISMATCH' || code === 'SQLITE_TOOBIG') {
-    return new Refusal('VALUE_INVALID', message);
-  }
+  const refused = dataRefusal(error);
+  if (refused === 'constraint') return new Refusal('CONSTRAINT_VIOLATION', message);
+  if (refused === 'value') return new Refusal('VALUE_INVALID', message);
   return undefined;
 }
 

@@ -6,6 +6,7 @@ import { loadPeer } from '../core/peer.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import { compareIds, type Insert, idKey, insertByTimes, insertOncePerId } from '../core/record-batch.js';
 import { checkUrl } from '../core/url.js';
+import { dataRefusal } from '../db/refusal.js';
 import type {
   Expectation,
   InsertResult,
@@ -48,7 +49,7 @@ const sqlState = (error: unknown): string | undefined => {
 };
 
 // Data and constraint errors (SQLSTATE classes 22 and 23) belong to one item: retry its batch item by item.
-const isItemError = (error: unknown): boolean => /^2[23]/.test(sqlState(error) ?? '');
+const isItemError = (error: unknown): boolean => dataRefusal(error) !== undefined;
 
 // ER_LOCK_DEADLOCK and ER_LOCK_WAIT_TIMEOUT: InnoDB rolled the statement (or its transaction) back; it may be run again.
 const isLockConflict = (error: unknown): boolean => {

@@ -5,6 +5,7 @@ import { loadPeer } from '../core/peer.js';
 import { absoluteRecord, type RecordId, type StoredRecord } from '../core/record.js';
 import { compareIds, type Insert, idKey, insertByTimes, insertOncePerId } from '../core/record-batch.js';
 import { checkUrl } from '../core/url.js';
+import { dataRefusal } from '../db/refusal.js';
 import type {
   Expectation,
   InsertResult,
@@ -41,10 +42,7 @@ const MAX_BATCH = 500;
 const MAX_INSERT_ROUNDS = 50;
 
 // Data and constraint errors (SQLSTATE classes 22 and 23) belong to one item: retry its batch item by item.
-const isItemError = (error: unknown): boolean => {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (code.startsWith('22') || code.startsWith('23'));
-};
+const isItemError = (error: unknown): boolean => dataRefusal(error) !== undefined;
 
 /** A returned row's `now`, the clock's ms: a bigint, so a string unless the pool parses it. */
 const rowNow = (row: unknown): number => Number((row as { now: string | number }).now);
