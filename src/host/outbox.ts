@@ -1,6 +1,6 @@
 import { type Clock, systemClock } from '../core/clock.js';
 import { OncelyError } from '../core/errors.js';
-import { validateKey } from '../core/key.js';
+import { validateEventType, validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
 import type { Db, Sql } from '../db/types.js';
 import { type Claim, WorkQueue } from '../work/index.js';
@@ -37,6 +37,8 @@ export async function enqueue(
   traceId?: string,
 ): Promise<{ id: string; created: boolean }> {
   validateKey(id);
+  // A topic becomes an event type at its consumer's intake: refused here, where the caller can see it.
+  validateEventType(topic);
   const { text, values } = insertMessage(id, topic, JSON.stringify(payload ?? null), now, traceId ?? null);
   const created = await tx.run(text, values);
   return { id, created: created === 1 };

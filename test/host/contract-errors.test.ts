@@ -39,8 +39,8 @@ const APP: TestApp = {
       return { orderId: ctx.stableId('order') };
     }),
     'orders.notify': optional(async (input, ctx) => {
-      const { id } = input as { id?: string };
-      return ctx.outbox.enqueue('order.noted', { id }, id === undefined ? {} : { id });
+      const { id, topic = 'order.noted' } = input as { id?: string; topic?: string };
+      return ctx.outbox.enqueue(topic, { id }, id === undefined ? {} : { id });
     }),
     'orders.ship': optional(async (input, ctx) => ctx.flows.start(ship, input as { orderId: string; note: string })),
     'orders.mark': optional(async (input, ctx) => {
@@ -131,6 +131,14 @@ for (const { name, target } of targets)
       expect(written).toMatchObject({ status: 200, body: { data: { id: `note-${name}`, created: true } } });
       const badId = await app.invoke('orders.notify', { id: 'x'.repeat(300) });
       expect(badId).toMatchObject({ status: 400, body: { error: { code: 'KEY_INVALID' } } });
+    });
+
+    it('review3.4: ctx.outbox.enqueue refuses a topic no consumer could take (a NUL, over 128 characters): 400, nothing written', async () => {
+      for (const topic of ['order\u0000noted', 't'.repeat(129)]) {
+        const refused = await app.invoke('orders.notify', { id: `bad-topic-${topic.length}`, topic });
+        expect(refused).toMatchObject({ status: 400, body: { error: { code: 'EVENT_TYPE_INVALID' } } });
+      }
+      expect(await app.rows("SELECT id FROM oncely_outbox WHERE id LIKE 'bad-topic-%'")).toEqual([]);
     });
 
     it("ctx.flows.start: a missing seed is 400 KEY_REQUIRED, another input under the seed's id 422 FLOW_INPUT_MISMATCH", async () => {
