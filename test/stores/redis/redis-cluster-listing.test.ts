@@ -33,8 +33,8 @@ describeListing('redis cluster', () => redisStore({ cluster: cluster.nodes, pref
 });
 describeCrowdedListing('Redis Cluster', () => redisStore({ cluster: cluster.nodes, prefix: freshPrefix() }));
 
-describe('review3.9: Redis Cluster listing among other keys', () => {
-  it('review3.9: Redis Cluster listing among other keys: pages cut inside shards are full, each record once, none missed', async () => {
+describe('Redis Cluster listing, pages cut inside shards', () => {
+  it('review3.9: Redis Cluster listing among other keys: full pages, each record once, none missed', async () => {
     const store = redisStore({ client, prefix: freshPrefix() });
     const now = Date.now();
     // 1,000 records of one tenant over all 16 shards, 40 of another: pages of 33 and 7 end inside a shard.
