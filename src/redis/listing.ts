@@ -1,29 +1,32 @@
 import { decodeCursor, encodeCursor, invalidCursor } from '../core/cursor.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
-import type { RecordPage, RecordQuery } from '../store.js';
+import type { RecordQuery } from '../store.js';
 import { decodeRecord } from './codec.js';
 import { LIST_INDEX, LIST_SCAN } from './list-scripts.js';
 import { INDEXED_STATES, type RedisScript } from './scripts.js';
 
-/**
- * A listing as its script runs it: the script, its EVALSHA arguments, which of the two it is, and
- * the shard it reads of how many (see cluster.ts; a single Redis is one shard).
- */
+/** A listing's script run on one shard: the script, its EVALSHA arguments and the shard. */
 export interface ListRequest {
   script: RedisScript;
   args: string[];
-  index: boolean;
   shard: number;
-  shards: number;
 }
 
 /**
- * Where a listing goes on: at an SSCAN cursor of its index (`i`) or a SCAN cursor of the keyspace
- * (`s`), '' when that scan is done, after its pending members (`p`) in either case; on a cluster,
- * in shard `k` (absent on a single Redis, so its cursors are those it always gave).
+ * Where a listing goes on: by index (SSCAN, `index`) or by SCAN, at each shard's cursor in `at`
+ * ('0' from its start, '' when its scan is done), and after the pending members `p` of shard `k`
+ * (the members a run found past its page, unread). A single Redis is one shard; a cluster has
+ * SHARDS (cluster.ts), each scanned on its own: a shard whose run answered nothing moves on even
+ * when another shard filled the page, so a sparse listing reads each shard's part of the keyspace
+ * once, and only the shard where a page ends holds pending members.
  */
-type Cursor = ({ i: string } | { s: string }) & { p: string[]; k?: number };
+export interface ListState {
+  index: boolean;
+  at: string[];
+  p: string[];
+  k: number;
+}
 
 const LIMIT_MAX = 1_000;
 
@@ -61,50 +64,81 @@ function part(m: string, at: number): { text: string; end: number } | null {
   return { text: m.slice(start, end), end: end + 1 };
 }
 
-function decodeListCursor(text: string, shards: number): Cursor {
+/**
+ * A cursor's text on a single Redis is `{ i | s: <SSCAN or SCAN cursor>, p }`, as it always was;
+ * on a cluster `{ i | s: <a cursor per shard>, p, k }`.
+ */
+function decodeListCursor(text: string, shards: number): ListState {
   const value = decodeCursor(text);
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw invalidCursor();
-  const fields = Object.keys(value);
   const c = value as Record<string, unknown>;
-  const at = typeof c.i === 'string' ? c.i : c.s;
+  const index = typeof c.i !== 'undefined';
+  const raw = index ? c.i : c.s;
   const sharded = shards > 1;
+  const at = sharded ? raw : [raw];
+  const k = sharded ? c.k : 0;
   if (
-    fields.length === (sharded ? 3 : 2) &&
-    (!sharded || (Number.isInteger(c.k) && (c.k as number) >= 0 && (c.k as number) < shards)) &&
-    (typeof c.i === 'string') !== (typeof c.s === 'string') &&
-    typeof at === 'string' &&
-    SCAN_CURSOR.test(at) &&
+    Object.keys(value).length === (sharded ? 3 : 2) &&
+    (typeof c.i === 'undefined') !== (typeof c.s === 'undefined') &&
+    Array.isArray(at) &&
+    at.length === shards &&
+    at.every((a) => typeof a === 'string' && SCAN_CURSOR.test(a)) &&
+    Number.isInteger(k) &&
+    (k as number) >= 0 &&
+    (k as number) < shards &&
     Array.isArray(c.p) &&
     c.p.every((m) => typeof m === 'string' && parseMember(m)) &&
-    (at !== '' || c.p.length > 0)
+    (at as string[]).some((a, shard) => a !== '' || (shard === k && (c.p as string[]).length > 0))
   )
-    return {
-      ...(typeof c.i === 'string' ? { i: at } : { s: at }),
-      p: c.p as string[],
-      ...(sharded ? { k: c.k as number } : {}),
-    };
+    return { index, at: at as string[], p: c.p as string[], k: k as number };
   throw invalidCursor();
 }
 
+/** The cursor of `state`, or null when every shard is done. */
+export function listCursor(state: ListState): string | null {
+  if (openShards(state).length === 0) return null;
+  const at = state.at.length > 1 ? state.at : state.at[0];
+  return encodeCursor({ [state.index ? 'i' : 's']: at, p: state.p, ...(state.at.length > 1 ? { k: state.k } : {}) });
+}
+
+/** The shards whose listing is not done, the one with pending members first. */
+export function openShards(state: ListState): number[] {
+  const open = state.at.flatMap((a, shard) => (a !== '' && shard !== state.k ? [shard] : []));
+  return state.at[state.k] !== '' || state.p.length > 0 ? [state.k, ...open] : open;
+}
+
 /**
- * The script run of one page of `query` on the store whose shards are under `prefixes` (one on a
- * single Redis): `in_progress` and `unknown` from their index (LIST_INDEX), every other listing by
- * SCAN (LIST_SCAN), in the cursor's shard, or from the start of shard `from` instead. A cursor of
- * the other kind than the query needs is CURSOR_INVALID, as is any text no listing gave.
+ * Where `query` starts on a store of `shards` shards: `in_progress` and `unknown` from their
+ * index, every other listing by SCAN; from its cursor if it has one. A cursor of the other kind
+ * than the query needs is CURSOR_INVALID, as is any text no listing gave.
  */
-export function listRequest(prefixes: string[], query: RecordQuery, from?: number): ListRequest {
-  const { state, tenant, action, updatedBefore, limit } = query;
+export function listState(query: RecordQuery, shards: number): ListState {
+  const { state, updatedBefore, limit } = query;
   if (!Number.isInteger(limit) || limit < 1 || limit > LIMIT_MAX)
     throw new InvalidArgumentError(`redis store: limit must be a whole number from 1 to ${LIMIT_MAX}`);
   if (updatedBefore !== undefined && !Number.isFinite(updatedBefore))
     throw new InvalidArgumentError('redis store: updatedBefore must be a number of epoch ms');
-  const cursor =
-    query.cursor === undefined || from !== undefined ? undefined : decodeListCursor(query.cursor, prefixes.length);
-  const shard = from ?? cursor?.k ?? 0;
-  const prefix = prefixes[shard] as string;
-  const at = { shard, shards: prefixes.length };
+  const index = state !== undefined && (INDEXED_STATES as readonly string[]).includes(state);
+  if (query.cursor === undefined) return { index, at: Array(shards).fill('0'), p: [], k: 0 };
+  const cursor = decodeListCursor(query.cursor, shards);
+  if (cursor.index !== index) throw invalidCursor();
+  return cursor;
+}
+
+/**
+ * The script run of `query` on shard `shard` (its keys under `prefix`), up to `limit` records:
+ * from the shard's cursor in `state`, its pending members read first.
+ */
+export function listRequest(
+  prefix: string,
+  query: RecordQuery,
+  state: ListState,
+  shard: number,
+  limit: number,
+): ListRequest {
+  const { tenant, action, updatedBefore } = query;
   const filters = [
-    state ?? '',
+    query.state ?? '',
     tenant === undefined ? '' : `=${tenant}`,
     action === undefined ? '' : `=${action}`,
     updatedBefore === undefined ? '' : String(updatedBefore),
@@ -115,57 +149,49 @@ export function listRequest(prefixes: string[], query: RecordQuery, from?: numbe
     tenant === undefined
       ? ''
       : `${tenant.length}:${tenant}:${action === undefined ? '' : `${action.length}:${action}:`}`;
-  if (state !== undefined && (INDEXED_STATES as readonly string[]).includes(state)) {
-    if (cursor && !('i' in cursor)) throw invalidCursor();
-    const args = [LIST_INDEX.sha, '1', `${prefix}i:${state}`, ...filters, cursor ? cursor.i : '0', start];
-    if (cursor) for (const m of cursor.p) args.push(m);
-    return { script: LIST_INDEX, args, index: true, ...at };
-  }
-  if (cursor && !('s' in cursor)) throw invalidCursor();
-  const args = [LIST_SCAN.sha, '1', `${prefix}i:${INDEXED_STATES[0]}`, ...filters, cursor ? cursor.s : '0', start];
-  if (cursor) for (const m of cursor.p) args.push(m);
-  return { script: LIST_SCAN, args, index: false, ...at };
+  const script = state.index ? LIST_INDEX : LIST_SCAN;
+  const key = `${prefix}i:${state.index ? query.state : INDEXED_STATES[0]}`;
+  const args = [script.sha, '1', key, ...filters, state.at[shard] as string, start];
+  if (shard === state.k) args.push(...state.p);
+  return { script, args, shard };
 }
 
 /**
- * The page of the listing scripts' answers to `requests` (runs of consecutive shards, the first
- * resumed from a cursor, the others from their start), up to `limit` records, and the shard its
- * cursor starts afresh, if it does (every shard asked was read to its end, so the caller may go
- * on at once). The records are taken shard by shard: in the first shard not read to its end, or whose
- * records overflow the page, the cursor stops, the records beyond the page becoming its pending
- * members; what later shards answered is dropped, to be read again when the listing gets there.
+ * Takes the listing scripts' answers to `requests` (shards in openShards' order) into `state`
+ * and answers their records, up to `limit`. Shard by shard: while the page has room a shard's
+ * records join it and its cursor moves on, the records beyond the page becoming its pending
+ * members (`k`). Once the page is full, a later shard that answered nothing moves on too (it
+ * found nothing to keep), and one that answered records stays where it was, to be read again.
  */
-export function listPages(
+export function takeReplies(
+  state: ListState,
   requests: ListRequest[],
   replies: unknown[],
   limit: number,
-): { page: RecordPage; next?: number } {
+): StoredRecord[] {
   const out: StoredRecord[] = [];
   for (let r = 0; r < requests.length; r++) {
-    const request = requests[r] as ListRequest;
+    const { shard } = requests[r] as ListRequest;
     const reply = replies[r];
     if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
     const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
-    const at = String(scan);
     // A client with a Buffer type mapping answers Buffers: String() reads those too.
-    const over: string[] = [];
+    const at = String(scan);
+    const found: [string, StoredRecord][] = [];
     for (let i = 0; i < pairs.length; i += 2) {
       const m = String(pairs[i]);
       const id = parseMember(m);
       // A key under the prefix that no record of ours was stored at (written by hand) is passed over.
-      if (!id) continue;
-      if (out.length < limit) out.push(decodeRecord(pairs[i + 1], id));
-      else over.push(m);
+      if (id) found.push([m, decodeRecord(pairs[i + 1], id)]);
     }
+    const full = out.length === limit;
+    if (full && (found.length > 0 || pending.length > 0)) continue;
+    const over = found.splice(limit - out.length).map(([m]) => m);
+    out.push(...found.map(([, record]) => record));
+    state.at[shard] = at;
+    if (shard === state.k) state.p = [];
     const p = [...over, ...pending.map(String)];
-    if (at !== '' || p.length > 0) return { page: { records: out, cursor: cursorAt(request, at, p, request.shard) } };
-    if (request.shard + 1 === request.shards) return { page: { records: out, cursor: null } };
+    if (p.length > 0) Object.assign(state, { p, k: shard });
   }
-  const last = requests[requests.length - 1] as ListRequest;
-  const next = last.shard + 1;
-  return { page: { records: out, cursor: cursorAt(last, '0', [], next) }, next };
-}
-
-function cursorAt(request: ListRequest, at: string, p: string[], k: number): string {
-  return encodeCursor({ ...(request.index ? { i: at } : { s: at }), p, ...(request.shards > 1 ? { k } : {}) });
+  return out;
 }

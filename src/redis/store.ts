@@ -38,7 +38,15 @@ import {
   updateArgs,
 } from './codec.js';
 import { REINDEX } from './list-scripts.js';
-import { LIST_TIME_BUDGET_MS, listPages, listRequest, memberOf } from './listing.js';
+import {
+  LIST_TIME_BUDGET_MS,
+  listCursor,
+  listRequest,
+  listState,
+  memberOf,
+  openShards,
+  takeReplies,
+} from './listing.js';
 import { GET, INDEX_KEYS, INSERT, INSERT_GIVEN, type RedisScript, UPDATE } from './scripts.js';
 
 export { ownedClientOptions } from './client.js';
@@ -217,51 +225,34 @@ export class RedisStore implements RecordStore {
    * part of the keyspace (list-scripts.ts), which in a Redis shared with other applications may
    * hold few of ours or none: runs follow one another until the page holds `limit` records or
    * the listing is done, for up to LIST_TIME_BUDGET_MS; only past that may a page end short, its
-   * cursor resuming where it stopped. On a cluster the shards are listed in order, and a run with
-   * room left after a shard read to its end goes on into the next ones at once, side by side: an
-   * index listing in waves of 1, 2, 4... shards (a sparse listing takes a few round trips, not one
-   * per shard, and a full page reads few shards it then drops); a SCAN listing all of them in one
-   * wave, since each shard's SCAN visits every key of its node (SCAN knows no slots) whatever it
-   * finds, and the nodes then work side by side.
+   * cursor resuming where it stopped. On a cluster each shard is scanned on its own, its cursor
+   * kept apart (ListState in listing.ts). The shard a page goes on in runs first, alone (a full
+   * page reads one shard); with room left the others follow side by side: an index listing in
+   * waves of 2, 4... shards (a sparse listing takes a few round trips, not one per shard), a SCAN
+   * listing all at once, since each shard's SCAN visits every key of its node (SCAN knows no
+   * slots), and the nodes then work side by side.
    */
   async list(query: RecordQuery): Promise<RecordPage> {
     const started = Date.now();
-    let page = await this.listRun(query);
-    const records = page.records;
+    const state = listState(query, this.shards.length);
+    const records: StoredRecord[] = [];
     // SCAN may answer a key twice (Redis says so; seen while a node's table resized): once a page.
-    const seen = new Set(records.map(memberOf));
-    while (page.cursor !== null && records.length < query.limit && Date.now() - started < LIST_TIME_BUDGET_MS) {
-      page = await this.listRun({ ...query, limit: query.limit - records.length, cursor: page.cursor });
-      for (const record of page.records) {
+    const seen = new Set<string>();
+    for (let size = 1; records.length < query.limit; size = state.index ? size * 2 : this.shards.length) {
+      const open = openShards(state).slice(0, size);
+      // The first wave always runs, so every page moves the listing on.
+      if (open.length === 0 || (size > 1 && Date.now() - started >= LIST_TIME_BUDGET_MS)) break;
+      const room = query.limit - records.length;
+      const requests = open.map((k) => listRequest((this.shards[k] as Shard).prefix, query, state, k, room));
+      const replies = await Promise.all(requests.map((r) => this.send(r.script, r.args)));
+      for (const record of takeReplies(state, requests, replies, room)) {
         const member = memberOf(record);
         if (seen.has(member)) continue;
         seen.add(member);
         records.push(record);
       }
     }
-    return { records, cursor: page.cursor };
-  }
-
-  /** One round of list's script runs: a page that may be short, even empty, before the end. */
-  private async listRun(query: RecordQuery): Promise<RecordPage> {
-    const prefixes = this.shards.map((s) => s.prefix);
-    const first = listRequest(prefixes, query);
-    const requests = [first];
-    // A SCAN listing from its start asks every shard at once, for the same reason as below.
-    if (query.cursor === undefined && !first.index)
-      for (let k = 1; k < prefixes.length; k++) requests.push(listRequest(prefixes, query, k));
-    const replies = await Promise.all(requests.map((r) => this.send(r.script, r.args)));
-    let { page, next } = listPages(requests, replies, query.limit);
-    const records = page.records;
-    for (let size = first.index ? 1 : prefixes.length; next !== undefined && records.length < query.limit; size *= 2) {
-      const room = query.limit - records.length;
-      const wave = [];
-      for (let k = next; k < Math.min(next + size, prefixes.length); k++)
-        wave.push(listRequest(prefixes, { ...query, limit: room }, k));
-      ({ page, next } = listPages(wave, await Promise.all(wave.map((r) => this.send(r.script, r.args))), room));
-      records.push(...page.records);
-    }
-    return { records, cursor: page.cursor };
+    return { records, cursor: listCursor(state) };
   }
 
   /**
