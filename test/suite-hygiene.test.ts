@@ -105,7 +105,6 @@ const ALLOWED: Record<string, Partial<Record<Kind, number>>> = {
   'test/dashboard/mount.test.ts': { sleep: 1 },
   'test/dashboard/serve.ts': { helper: 1, deadline: 1, sleep: 2 },
   'test/dashboard/suite.ts': { sleep: 1 },
-  'test/db/postgres-lost.test.ts': { helper: 1, deadline: 1, sleep: 5 },
   'test/flows/chaos.test.ts': { deadline: 1, sleep: 2 },
   'test/flows/flows.test.ts': { helper: 1, deadline: 2, sleep: 13 },
   'test/flows/observability.test.ts': { helper: 1, deadline: 1, sleep: 2 },
