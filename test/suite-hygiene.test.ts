@@ -145,9 +145,6 @@ const ALLOWED: Record<string, Partial<Record<Kind, number>>> = {
   'test/support/worker.ts': { sleep: 2 },
   'test/testing/flows-clock.test.ts': { sleep: 2 },
   'test/testing/storm.test.ts': { sleep: 1 },
-  'test/work/outbox-fence.test.ts': { sleep: 1 },
-  'test/work/support/claimer.ts': { sleep: 2 },
-  'test/work/work.test.ts': { sleep: 6 },
 };
 
 describe('suite hygiene: waiting done one way', () => {
