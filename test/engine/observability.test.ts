@@ -4,6 +4,7 @@
  * log line per non-trivial decision and one hook event per decision, with trace and request ids;
  * spans through OpenTelemetry's SDK, and none without a provider.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +25,7 @@ import { capture, installTracing } from './support/observe.js';
 // sleep: the helper for the waits below whose duration is the point.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const HOLDER = fileURLToPath(new URL('./support/holder.ts', import.meta.url));
+const TAKEN_OVER = fileURLToPath(new URL('./support/taken-over.ts', import.meta.url));
 
 /** Every series of a metric as 'label label label' -> value (a histogram's: its count). */
 function table(metrics: Metrics, name: MetricName): Record<string, number> {
@@ -323,11 +325,12 @@ function describeMix(name: StoreName, makeSpec: () => StoreSpec, cleanup: () => 
       });
       const probe = startWorker({ store: spec, mode: 'probe', action: 'stall', key: 'ORD-9', durationMs: 3_000 });
       await probe.waitFor('ready');
-      const stalled = holder.run({ action: 'stall', key: 'ORD-9', lease: 150 }, async () => {
-        // Flushed before Atomics.wait blocks this process's event loop.
+      const stalled = holder.run({ action: 'stall', key: 'ORD-9', lease: 150 }, async (ctx) => {
+        // Flushed before this process stalls.
         await new Promise((flushed) => probe.child.stdin.write('go\n', flushed));
-        // Blocks this process, renewals included, for longer than the lease: the probe takes the claim over.
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2_000);
+        // Stalls this process, renewals included, past the lease until the probe has taken the claim over.
+        const job = { store: spec, tenant: 'acme', action: 'stall', key: 'ORD-9', fence: ctx.fence };
+        execFileSync(process.execPath, ['--import', 'tsx', TAKEN_OVER, JSON.stringify(job)]);
         return 'late';
       });
       await expect(stalled).rejects.toMatchObject({ code: 'LEASE_LOST' });
