@@ -134,8 +134,6 @@ const ALLOWED: Record<string, Partial<Record<Kind, number>>> = {
   'test/support/host-app.ts': { sleep: 1 },
   'test/support/redis-cluster.ts': { deadline: 2, sleep: 3 },
   'test/support/worker.ts': { sleep: 2 },
-  'test/testing/flows-clock.test.ts': { sleep: 2 },
-  'test/testing/storm.test.ts': { sleep: 1 },
 };
 
 describe('suite hygiene: waiting done one way', () => {
