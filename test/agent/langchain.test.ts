@@ -15,6 +15,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { AnyTool, ToolEnvelope } from '../../src/agent/index.js';
 import { type LangChainToolsOptions, toLangChainTools } from '../../src/agent/langchain.js';
 import { describeTool } from '../../src/agent/registry.js';
+import { SELECTED_STORES, type StoreName } from '../support/store-filter.js';
 import { type BackendKind, exampleTools, Mailer, notice, openRuntime, TENANT } from './tools.js';
 
 const closers: (() => Promise<void>)[] = [];
@@ -63,6 +64,8 @@ function envelopes(messages: BaseMessage[]): ToolEnvelope[] {
 }
 
 function describeAdapter(kind: BackendKind) {
+  // A store ONCELY_STORES leaves out registers nothing.
+  if (!SELECTED_STORES.has(kind as StoreName)) return;
   describe(`LangChain / LangGraph adapter: ${kind}`, () => {
     async function setUp(options: Partial<LangChainToolsOptions> = {}) {
       const mailer = new Mailer(20);

@@ -18,6 +18,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { AnyTool, ToolEnvelope } from '../../src/agent/index.js';
 import { rejectApproval, toOpenAiAgentsTools } from '../../src/agent/openai-agents.js';
 import { describeTool } from '../../src/agent/registry.js';
+import { SELECTED_STORES, type StoreName } from '../support/store-filter.js';
 import { type BackendKind, exampleTools, Mailer, notice, openRuntime, TENANT } from './tools.js';
 
 const closers: (() => Promise<void>)[] = [];
@@ -79,6 +80,8 @@ class ScriptedModel implements Model {
 }
 
 function describeAdapter(kind: BackendKind) {
+  // A store ONCELY_STORES leaves out registers nothing.
+  if (!SELECTED_STORES.has(kind as StoreName)) return;
   describe(`OpenAI Agents SDK adapter: ${kind}`, () => {
     async function setUp(options: { approver?: string; tenant?: string; traceId?: string } = {}) {
       const mailer = new Mailer(20);

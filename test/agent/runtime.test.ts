@@ -16,7 +16,9 @@ import { createOncely, type Oncely } from '../../src/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { SELECTED_STORES, type StoreName } from '../support/store-filter.js';
 
+// sleep: the helper for the waits below whose duration is the point (a slow mailer, TTLs and approvals running out).
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The engine and the Db of approvals and credits, on one backend. */
@@ -31,6 +33,7 @@ class Mailer {
   readonly sent: { to: string; body: string; idempotencyKey: string; attempt: number }[] = [];
   constructor(private readonly delayMs = 0) {}
   async send(to: string, body: string, ctx: { idempotencyKey: string; attempt: number }) {
+    // sleep: a slow mailer, so duplicates meet its send in progress.
     if (this.delayMs) await sleep(this.delayMs);
     this.sent.push({ to, body, idempotencyKey: ctx.idempotencyKey, attempt: ctx.attempt });
     return { messageId: `msg-${this.sent.length}`, to, body };
@@ -80,6 +83,8 @@ const KEY = 'sendReviewNotice:T-1:u-42:review:3';
 let tenants = 0;
 
 function describeRuntime(name: string, open: () => Promise<Backend>) {
+  // A store ONCELY_STORES leaves out registers nothing.
+  if (!SELECTED_STORES.has(name as StoreName)) return;
   describe(`agent runtime: ${name}`, () => {
     let backend: Backend;
     beforeAll(async () => {
@@ -111,6 +116,7 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
       expect(first.actionId).toMatch(/^[0-9a-f-]{36}$/);
       expect(first.traceId).toEqual(expect.any(String));
       expect(first.firstExecutedAt).toEqual(expect.any(Number));
+      // sleep: time moves on, so a firstExecutedAt taken from the clock instead of the record would differ.
       await sleep(5);
       const second = await agent.call('sendReviewNotice', notice());
       expect(second).toMatchObject({
@@ -393,6 +399,7 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
         const pending = await agent.call('sendReviewNotice', notice());
         const id = pending.approvalId as string;
         expect((await agent.approval(id))?.expiresAt).toBeLessThanOrEqual(Date.now() + 100);
+        // sleep: the 100 ms approval TTL must run out.
         await sleep(150);
         const late = await agent.approve(id, { approver: 'alice' });
         expect(late).toMatchObject({
@@ -418,6 +425,7 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
         const mailer = new Mailer();
         const { agent } = await runtime([sendReviewNotice(mailer, { approval: 'required', approvalTtl: '100ms' })]);
         const pending = await agent.call('sendReviewNotice', notice());
+        // sleep: the 100 ms approval TTL must run out.
         await sleep(150);
         const late = await agent.call('sendReviewNotice', notice());
         expect(late).toMatchObject({
@@ -523,6 +531,7 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
       expect((await agent.call('sendShortLived', notice())).deliveryState).toBe('already_sent');
       // Within the TTL, another action under the same key is the caller's mistake, not a new send.
       expect((await agent.call('sendShortLived', { ...notice(), entityVersion: 4 })).error?.code).toBe('KEY_REUSED');
+      // sleep: the 200 ms record TTL must run out.
       await sleep(300);
       const again = await agent.call('sendShortLived', notice());
       expect(again).toMatchObject({
@@ -546,6 +555,7 @@ function describeRuntime(name: string, open: () => Promise<Backend>) {
       expect(await agent.credits.balance(tenant)).toBe(8);
       // The charge outlives its reservation row (retention purges settled ones): still never twice.
       await backend.db.run('DELETE FROM oncely_credit_reservations WHERE action_id = ?', [first.actionId]);
+      // sleep: another 200 ms TTL, so the key's record of the second version has run out too.
       await sleep(300);
       expect(await agent.call('sendShortLived', notice())).toMatchObject({ deliveryState: 'already_sent' });
       expect(mailer.sent).toHaveLength(2);

@@ -24,6 +24,7 @@ export class Mailer {
   lookups = 0;
   constructor(private readonly delayMs = 0) {}
   async send(to: string, body: string, idempotencyKey: string) {
+    // sleep: a slow mailer, so duplicates meet its send in progress.
     if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
     this.sent.push({ to, body, idempotencyKey });
     return { messageId: `msg-${this.sent.length}` };

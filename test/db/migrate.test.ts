@@ -8,7 +8,7 @@ import { eventMigrations } from '../../src/host/event-sql.js';
 import { EventQueue } from '../../src/host/events.js';
 import { type OutboxMessage, OutboxRelay } from '../../src/host/outbox.js';
 import { outboxMigrations } from '../../src/host/outbox-sql.js';
-import { type Target, targets } from '../work/support/targets.js';
+import { DIALECTS, type Target, targets } from '../work/support/targets.js';
 import { LEGACY_EVENTS_BEFORE_BODY_HASH, todaysTables } from './support/todays-ddl.js';
 
 const ledger = (db: Db) =>
@@ -27,7 +27,7 @@ async function create(db: Db, statements: readonly string[]) {
   });
 }
 
-for (const dialect of ['sqlite', 'postgres'] as const) {
+for (const dialect of DIALECTS) {
   describe(`migrations on ${dialect}`, () => {
     let target: Target;
     const opened: Db[] = [];

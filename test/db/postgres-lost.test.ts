@@ -5,25 +5,10 @@ import { openPostgres } from '../../src/db/postgres.js';
 import type { Db, Sql, StatementCache } from '../../src/db/types.js';
 import { createFlows, defineFlow } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { until } from '../support/wait.js';
 
+// sleep: the helper for the waits below whose duration is the point (a kill's window, a storm's spacing).
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/**
- * Polls until `check` returns a truthy value, or fails after `ms`. A poll that meets a connection
- * killed a moment ago gets STORE_UNAVAILABLE, as a client gets a 503, and polls again.
- */
-async function until<T>(check: () => Promise<T | null | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check().catch((error: { code?: string }) => {
-      if (error.code !== 'STORE_UNAVAILABLE') throw error;
-      return undefined;
-    });
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(20);
-  }
-}
 
 /** The error a promise rejects with; fails the test if it resolves. */
 async function failure(promise: Promise<unknown>): Promise<{ code?: string; message: string }> {
@@ -70,6 +55,7 @@ describe('a terminated PostgreSQL connection', () => {
       db.transaction(async (tx) => {
         await tx.run('INSERT INTO notes (id) VALUES (?)', ['lost-1']);
         await kill(await pidOf(tx));
+        // sleep: lets the terminated backend's error reach the idle client between statements, this case's window.
         await sleep(200);
         await tx.all('SELECT 1');
       }),
@@ -87,10 +73,11 @@ describe('a terminated PostgreSQL connection', () => {
     // Killed while a statement outside a transaction runs on a pool connection.
     // Its rejection is taken at once: it may land while the kill's own answer is still awaited.
     const pooled = failure(db.all('SELECT pg_sleep(4.5)'));
-    const [sleeping] = await until(async () => {
-      const found = (await backends()).filter((b) => b.query === 'SELECT pg_sleep(4.5)');
-      return found.length > 0 && found;
-    });
+    const [sleeping] = await until(
+      'the pooled pg_sleep(4.5) to show in pg_stat_activity',
+      async () => (await backends()).filter((b) => b.query === 'SELECT pg_sleep(4.5)'),
+      (found) => found.length > 0,
+    );
     await kill(sleeping?.pid ?? 0);
     expect((await pooled).code).toBe('STORE_UNAVAILABLE');
     // Nothing of the lost transaction committed, and the pool serves on fresh connections.
@@ -105,9 +92,9 @@ describe('a terminated PostgreSQL connection', () => {
     // Kills land at any moment: mid-statement, between statements, and right after a statement's
     // answer, in the same socket read that hands the connection to the next caller.
     const outcomes = { ok: 0, unavailable: 0, other: [] as unknown[] };
-    const until = Date.now() + 3_000;
+    const end = Date.now() + 3_000;
     const caller = async () => {
-      while (Date.now() < until) {
+      while (Date.now() < end) {
         try {
           if (Math.random() < 0.5) {
             await db.transaction(async (tx) => {
@@ -124,8 +111,9 @@ describe('a terminated PostgreSQL connection', () => {
       }
     };
     const killer = async () => {
-      while (Date.now() < until) {
+      while (Date.now() < end) {
         for (const b of await backends()) await kill(b.pid);
+        // sleep: kills spaced at random, so they land at any moment of the callers' work.
         await sleep(30 + Math.random() * 50);
       }
     };
@@ -162,6 +150,7 @@ describe('a terminated PostgreSQL connection', () => {
           if (armed) {
             armed = false;
             await kill(await pidOf(tx));
+            // sleep: lets the terminated backend's error reach the client before the flows' statements.
             await sleep(200);
           }
           return fn(tx);
@@ -186,13 +175,15 @@ describe('a terminated PostgreSQL connection', () => {
     await flows.startWorker();
     try {
       const { workflowId } = await flows.start(flow, { id: 'F-1' });
-      await until(async () => (await flows.get(workflowId))?.status === 'waiting');
+      await until('the flow to wait for its signal', async () => (await flows.get(workflowId))?.status === 'waiting');
       armed = true;
       expect((await failure(flows.signal(workflowId, 'go', { ok: true }, { signalId: 'go-1' }))).code).toBe(
         'STORE_UNAVAILABLE',
       );
       expect(await flows.signal(workflowId, 'go', { ok: true }, { signalId: 'go-1' })).toBe(true);
-      expect(await until(async () => (await flows.get(workflowId))?.status === 'completed')).toBe(true);
+      expect(
+        await until('the flow to complete', async () => (await flows.get(workflowId))?.status === 'completed'),
+      ).toBe(true);
       expect(await flows.result(workflowId)).toBe('done true');
       expect(steps.filter((s) => s === 'second')).toEqual(['second']);
     } finally {

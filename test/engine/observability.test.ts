@@ -4,6 +4,7 @@
  * log line per non-trivial decision and one hook event per decision, with trace and request ids;
  * spans through OpenTelemetry's SDK, and none without a provider.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,11 +18,14 @@ import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
 import { startWorker } from '../support/spawn.js';
+import { type StoreName, selectStores } from '../support/store-filter.js';
 import { openStore, type StoreSpec } from '../support/stores.js';
 import { capture, installTracing } from './support/observe.js';
 
+// sleep: the helper for the waits below whose duration is the point.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const HOLDER = fileURLToPath(new URL('./support/holder.ts', import.meta.url));
+const TAKEN_OVER = fileURLToPath(new URL('./support/taken-over.ts', import.meta.url));
 
 /** Every series of a metric as 'label label label' -> value (a histogram's: its count). */
 function table(metrics: Metrics, name: MetricName): Record<string, number> {
@@ -33,7 +37,7 @@ function table(metrics: Metrics, name: MetricName): Record<string, number> {
 /** The lease of the killed holders: short, so the mix waits little for it to run out. */
 const LEASE = 600;
 
-function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Promise<void>) {
+function describeMix(name: StoreName, makeSpec: () => StoreSpec, cleanup: () => Promise<void>) {
   describe(`engine observed on ${name}`, () => {
     let spec: StoreSpec;
     let plain: Oncely;
@@ -61,15 +65,16 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
         HOLDER,
       );
       await Promise.all([ship.waitFor('claimed'), hold.waitFor('claimed')]);
+      let shipRuns = 0;
+      const shipIt = () => plain.run({ action: 'ship', key: 'ORD-7', lease: LEASE }, (ctx) => ++shipRuns + ctx.attempt);
+      // The holder's lease runs (renewed while it lives): refused, an intercepted duplicate. Asked before the
+      // kill, as a loaded machine may take longer than the lease between the kill and the next call.
+      await expect(shipIt()).rejects.toMatchObject({ code: 'IN_PROGRESS' });
       ship.child.kill('SIGKILL');
       hold.child.kill('SIGKILL');
       expect((await ship.exited).signal).toBe('SIGKILL');
       expect((await hold.exited).signal).toBe('SIGKILL');
       const killed = Date.now();
-      let shipRuns = 0;
-      const shipIt = () => plain.run({ action: 'ship', key: 'ORD-7', lease: LEASE }, (ctx) => ++shipRuns + ctx.attempt);
-      // The dead holder's lease still runs: refused, an intercepted duplicate.
-      await expect(shipIt()).rejects.toMatchObject({ code: 'IN_PROGRESS' });
 
       // pay: one execution, a replay from the store, one through the caching engine's store read, one from its cache.
       const pay = { action: 'pay', key: 'ORD-1', input: { amount: 5 } };
@@ -103,6 +108,8 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
       await running;
       await expect(plain.run(burst, () => ({ n: 2 }))).rejects.toMatchObject({ code: 'IN_PROGRESS' });
       const waiter = plain.run({ ...burst, wait: '10s' }, () => ({ n: 3 }));
+      // Nothing outside the engine shows the waiter waiting; were it late it would replay all the same, so no
+      // sleep: assertion rests on this duration, a head start for the waiter to find the claim in progress.
       await sleep(100);
       open();
       expect(await firstBurst).toMatchObject({ replayed: false, value: { n: 1 } });
@@ -143,6 +150,7 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
       });
 
       // ship: the killed holder's lease has run out, so the next caller takes over and executes again.
+      // sleep: the dead holder's lease must run out for the takeover.
       await sleep(Math.max(0, killed + LEASE + 150 - Date.now()));
       const takenOver = await shipIt();
       expect(takenOver).toMatchObject({ replayed: false, value: 3, record: { attempts: 2 } });
@@ -315,13 +323,14 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
         onDecision: stalls.onDecision,
         tracer: false,
       });
-      const probe = startWorker({ store: spec, mode: 'probe', action: 'stall', key: 'ORD-9', durationMs: 1_500 });
+      const probe = startWorker({ store: spec, mode: 'probe', action: 'stall', key: 'ORD-9', durationMs: 3_000 });
       await probe.waitFor('ready');
-      const stalled = holder.run({ action: 'stall', key: 'ORD-9', lease: 150 }, async () => {
-        probe.child.stdin.write('go\n');
-        await sleep(10);
-        // Blocks this process, renewals included, for longer than the lease: the probe takes the claim over.
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 800);
+      const stalled = holder.run({ action: 'stall', key: 'ORD-9', lease: 150 }, async (ctx) => {
+        // Flushed before this process stalls.
+        await new Promise((flushed) => probe.child.stdin.write('go\n', flushed));
+        // Stalls this process, renewals included, past the lease until the probe has taken the claim over.
+        const job = { store: spec, tenant: 'acme', action: 'stall', key: 'ORD-9', fence: ctx.fence };
+        execFileSync(process.execPath, ['--import', 'tsx', TAKEN_OVER, JSON.stringify(job)]);
         return 'late';
       });
       await expect(stalled).rejects.toMatchObject({ code: 'LEASE_LOST' });
@@ -342,25 +351,24 @@ function describeMix(name: string, makeSpec: () => StoreSpec, cleanup: () => Pro
 const sqlitePath = () => join(mkdtempSync(join(tmpdir(), 'oncely-observe-')), 'records.db');
 const schema = freshSchema();
 const prefix = freshPrefix();
-describeMix(
-  'sqlite',
-  () => ({ kind: 'sqlite', path: sqlitePath() }),
-  async () => {},
-);
-describeMix(
-  'postgres',
-  () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
-  () => dropSchema(schema),
-);
-describeMix(
-  'redis',
-  () => ({ kind: 'redis', url: REDIS_URL, prefix }),
-  async () => {
-    const client = await connectRedis();
-    await dropPrefix(client, prefix);
-    await client.close();
+const mixStores: { name: StoreName; spec: () => StoreSpec; cleanup: () => Promise<void> }[] = [
+  { name: 'sqlite', spec: () => ({ kind: 'sqlite', path: sqlitePath() }), cleanup: async () => {} },
+  {
+    name: 'postgres',
+    spec: () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
+    cleanup: () => dropSchema(schema),
   },
-);
+  {
+    name: 'redis',
+    spec: () => ({ kind: 'redis', url: REDIS_URL, prefix }),
+    cleanup: async () => {
+      const client = await connectRedis();
+      await dropPrefix(client, prefix);
+      await client.close();
+    },
+  },
+];
+for (const { name, spec, cleanup } of selectStores(mixStores)) describeMix(name, spec, cleanup);
 
 describe('engine observed when its store fails', () => {
   it('counts store_unavailable, logs it as an error, and finds no key', async () => {

@@ -36,7 +36,6 @@ describeEachStore('crashes across processes', (on) => {
     const retried: string[] = [];
     const fn = async (ctx: { idempotencyKey: string; attempt: number }) => {
       retried.push(ctx.idempotencyKey);
-      await sleep(0);
       const db = new Database(sink.path);
       db.pragma('busy_timeout = 5000');
       db.prepare('INSERT OR IGNORE INTO effects (idempotency_key, done_by) VALUES (?, ?)').run(
@@ -49,6 +48,7 @@ describeEachStore('crashes across processes', (on) => {
     };
     // While the dead holder's lease lasts, nobody runs the action.
     await expect(on.once.run(request, fn)).rejects.toMatchObject({ code: 'IN_PROGRESS' });
+    // sleep: the dead holder's lease must run out before a fresh process may take over.
     await sleep(lease + 100);
     return { request, fn, retried, sink, key };
   }

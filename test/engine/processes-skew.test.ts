@@ -7,6 +7,7 @@ import { expect, it } from 'vitest';
 import { createOncely } from '../../src/index.js';
 import { startWorker } from '../support/spawn.js';
 import { openStore } from '../support/stores.js';
+import { until } from '../support/wait.js';
 import { describeEachStore, sleep } from './support/processes.js';
 
 describeEachStore(
@@ -28,11 +29,11 @@ describeEachStore(
       let runs = 0;
       const holder = once.run({ action, key: 'K-1' }, async () => {
         runs++;
-        // Three leases long, renewed every third of one: healthy throughout.
+        // sleep: three leases long, renewed every third of one: healthy throughout.
         await sleep(3_000);
         return 'held';
       });
-      await sleep(50);
+      await until('the holder to claim K-1', () => runs === 1);
       probe.child.stdin.write('go\n');
       const counts = JSON.parse(await probe.waitFor('{')) as {
         executed: number;

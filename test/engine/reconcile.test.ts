@@ -17,6 +17,7 @@ import type { Reconcile } from '../../src/engine/reconcile.js';
 import { createOncely, type Oncely, type RecordStore } from '../../src/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
+import { type StoreName, selectStores } from '../support/store-filter.js';
 import { openStore, type StoreSpec } from '../support/stores.js';
 import { capture } from './support/observe.js';
 
@@ -316,26 +317,30 @@ function describeReconcile(name: string, makeSpec: () => StoreSpec, cleanup: () 
 }
 
 const sqliteDir = mkdtempSync(join(tmpdir(), 'oncely-reconcile-'));
-describeReconcile(
-  'SQLite',
-  () => ({ kind: 'sqlite', path: join(sqliteDir, 'records.db') }),
-  async () => {},
-);
-
 const schema = freshSchema();
-describeReconcile(
-  'PostgreSQL',
-  () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
-  () => dropSchema(schema),
-);
-
 const prefix = freshPrefix();
-describeReconcile(
-  'Redis',
-  () => ({ kind: 'redis', url: REDIS_URL, prefix }),
-  async () => {
-    const client = await connectRedis();
-    await dropPrefix(client, prefix);
-    await client.quit();
+const stores: { name: StoreName; title: string; spec: () => StoreSpec; cleanup: () => Promise<void> }[] = [
+  {
+    name: 'sqlite',
+    title: 'SQLite',
+    spec: () => ({ kind: 'sqlite', path: join(sqliteDir, 'records.db') }),
+    cleanup: async () => {},
   },
-);
+  {
+    name: 'postgres',
+    title: 'PostgreSQL',
+    spec: () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
+    cleanup: () => dropSchema(schema),
+  },
+  {
+    name: 'redis',
+    title: 'Redis',
+    spec: () => ({ kind: 'redis', url: REDIS_URL, prefix }),
+    cleanup: async () => {
+      const client = await connectRedis();
+      await dropPrefix(client, prefix);
+      await client.quit();
+    },
+  },
+];
+for (const { title, spec, cleanup } of selectStores(stores)) describeReconcile(title, spec, cleanup);

@@ -6,14 +6,15 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createOncely, type OncelyError } from '../../src/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import type { RecordStore } from '../../src/store.js';
+import { type ManualClock, manualClock } from '../../src/testing/manual-clock.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'oncely-cache-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let files = 0;
 
 /** A real SQLite store that counts the calls reaching it. */
-function counted(path = join(dir, `cache-${++files}.db`)) {
-  const store = sqliteStore({ path });
+function counted(path = join(dir, `cache-${++files}.db`), clock?: ManualClock) {
+  const store = sqliteStore({ path, clock });
   const calls = { insertOrGet: 0, update: 0, get: 0 };
   const wrapped: RecordStore = {
     kind: store.kind,
@@ -36,7 +37,6 @@ function counted(path = join(dir, `cache-${++files}.db`)) {
   return { store: wrapped, calls, path };
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const rejection = (p: Promise<unknown>) =>
   p.then(
     () => Promise.reject(new Error('resolved')),
@@ -90,13 +90,14 @@ describe('replay cache', () => {
   });
 
   it('forgets a record once it expires, so the key is new again', async () => {
-    const { store, calls } = counted();
-    const once = await createOncely({ store, replayCache: 10 });
+    const clock = manualClock();
+    const { store, calls } = counted(undefined, clock);
+    const once = await createOncely({ store, replayCache: 10, clock });
     let runs = 0;
     const send = () => once.run({ action: 'send', key: 'T-1', ttl: 80 }, () => ++runs);
     await send();
     expect((await send()).replayed).toBe(true);
-    await sleep(120);
+    clock.advance(120);
     expect(await send()).toMatchObject({ value: 2, replayed: false });
     expect(calls.insertOrGet).toBe(2);
     await once.close();

@@ -8,6 +8,7 @@ import { createApp } from '../../examples/express.js';
 import { idempotency } from '../../src/express/index.js';
 import { createOncely, type Oncely } from '../../src/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
+import { until } from '../support/wait.js';
 import { isolate, serve } from './express-serve.js';
 import { describeHttpSuite, type HttpHarness } from './suite.js';
 
@@ -20,6 +21,7 @@ const harness: HttpHarness = {
 
 describeHttpSuite('express', harness);
 
+// sleep: the helper for the one wait whose duration is the point, a lease passing.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const post = (key: string, body: unknown = {}) => ({
   method: 'POST',
@@ -50,11 +52,15 @@ describe('express specifics', () => {
     const { base } = await listen(app);
     const aborted = new AbortController();
     const first = fetch(`${base}/slow`, { ...post('gone-1'), signal: aborted.signal });
-    await sleep(100);
+    await until('the first /slow request to reach its handler', () => calls.get('/slow gone-1') === 1);
     aborted.abort();
     await expect(first).rejects.toThrow();
-    await sleep(350);
-    const retry = await fetch(`${base}/slow`, post('gone-1'));
+    // Until the handler has answered, a retry is refused (409) without running it.
+    const retry = await until(
+      'the retry to get the stored answer',
+      () => fetch(`${base}/slow`, post('gone-1')),
+      (answer) => answer.status !== 409,
+    );
     expect(retry.status).toBe(200);
     expect(retry.headers.get('idempotent-replayed')).toBe('true');
     expect(await retry.json()).toEqual({ done: true, n: 1 });
@@ -71,14 +77,15 @@ describe('express specifics', () => {
     const { base } = await listen(app);
     const aborted = new AbortController();
     const first = fetch(`${base}/hang`, { ...post('hang-1'), signal: aborted.signal });
-    await sleep(100);
+    await until('the first /hang request to reach its handler', () => runs === 1);
     aborted.abort();
     await expect(first).rejects.toThrow();
     expect((await fetch(`${base}/hang`, post('hang-1'))).status).toBe(409);
+    // sleep: the 200 ms lease must pass before the key is released.
     await sleep(400);
     const retry = new AbortController();
     const second = fetch(`${base}/hang`, { ...post('hang-1'), signal: retry.signal });
-    await sleep(100);
+    await until('the retry to run the handler again', () => runs === 2);
     retry.abort();
     await expect(second).rejects.toThrow();
     expect(runs).toBe(2);

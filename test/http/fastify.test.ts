@@ -10,6 +10,7 @@ import { createOncely, type Oncely, type RecordStore } from '../../src/index.js'
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { until } from '../support/wait.js';
 import { postChunked } from './bodies.js';
 import { describeHttpSuite, type HttpHarness, type SuiteResponse } from './suite.js';
 
@@ -119,9 +120,17 @@ for (const [backend, makeStore] of backends)
       const base = await listen(app);
       const key = fresh('timeout');
       const init = { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' };
-      await expect(fetch(`${base}/slow`, { ...init, signal: AbortSignal.timeout(50) })).rejects.toThrow();
-      await sleep(400);
-      const retry = await read(await fetch(`${base}/slow`, init));
+      const left = new AbortController();
+      const first = fetch(`${base}/slow`, { ...init, signal: left.signal });
+      await until('the first /slow request to reach its handler', () => calls.get(`/slow ${key}`) === 1);
+      left.abort();
+      await expect(first).rejects.toThrow();
+      // Until the handler has answered, a retry is refused (409) without running it.
+      const retry = await until(
+        'the retry to get the stored answer',
+        async () => read(await fetch(`${base}/slow`, init)),
+        (answer) => answer.status !== 409,
+      );
       expect([retry.status, retry.headers['idempotent-replayed'], JSON.parse(retry.body).n]).toEqual([200, 'true', 1]);
       expect(calls.get(`/slow ${key}`)).toBe(1);
     });
@@ -139,27 +148,43 @@ for (const [backend, makeStore] of backends)
       const base = await listen(app);
       const key = fresh('silent');
       const init = { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' };
-      await expect(fetch(`${base}/silent`, { ...init, signal: AbortSignal.timeout(50) })).rejects.toThrow();
+      const left = new AbortController();
+      const first = fetch(`${base}/silent`, { ...init, signal: left.signal });
+      await until('the first /silent request to reach its handler', () => runs === 1);
+      left.abort();
+      await expect(first).rejects.toThrow();
       const busy = await app.inject({ method: 'POST', url: '/silent', headers: init.headers, payload: '{}' });
       expect([busy.statusCode, busy.json().code]).toEqual([409, 'IN_PROGRESS']);
+      // sleep: the 300 ms lease must pass before the key is released.
       await sleep(600);
-      await expect(fetch(`${base}/silent`, { ...init, signal: AbortSignal.timeout(50) })).rejects.toThrow();
+      const again = new AbortController();
+      const second = fetch(`${base}/silent`, { ...init, signal: again.signal });
+      await until('the retry to run the handler again', () => runs === 2);
+      again.abort();
+      await expect(second).rejects.toThrow();
       expect(runs).toBe(2);
     });
 
     it('releases such a key at once when the server closes, instead of after the lease', async () => {
       const app = Fastify();
       let runs = 0;
+      let closed = false;
       app.register(idempotency, { once });
       app.post('/silent', async (_req, reply) => {
         runs++;
         await new Promise((resolve) => reply.raw.once('close', resolve));
+        closed = true;
       });
       const base = await listen(app);
       const key = fresh('closing');
       const init = { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' };
-      await expect(fetch(`${base}/silent`, { ...init, signal: AbortSignal.timeout(50) })).rejects.toThrow();
-      await sleep(50);
+      const left = new AbortController();
+      const first = fetch(`${base}/silent`, { ...init, signal: left.signal });
+      await until('the /silent request to reach its handler', () => runs === 1);
+      left.abort();
+      await expect(first).rejects.toThrow();
+      // The handler has seen its client leave: the key stays claimed all the same.
+      await until('the handler to see its client leave', () => closed);
       expect((await once.get('POST /silent', key))?.state).toBe('in_progress');
       await app.close();
       expect((await once.get('POST /silent', key))?.state).toBe('released');
@@ -180,8 +205,12 @@ for (const [backend, makeStore] of backends)
       const base = await listen(app);
       const init = { method: 'POST', headers: { ...json, 'idempotency-key': fresh('raw') }, body: '{}' };
       expect(await (await fetch(`${base}/raw`, init)).text()).toBe('raw bytes');
-      await sleep(50);
-      const again = await read(await fetch(`${base}/raw`, init));
+      // Until the hijacked reply is marked, the key is still in progress (409 IN_PROGRESS, the handler not run).
+      const again = await until(
+        'the hijacked reply to be marked RESPONSE_NOT_STORED',
+        async () => read(await fetch(`${base}/raw`, init)),
+        (answer) => JSON.parse(answer.body).code !== 'IN_PROGRESS',
+      );
       expect([again.status, JSON.parse(again.body).code]).toEqual([409, 'RESPONSE_NOT_STORED']);
       expect(runs).toBe(1);
     });

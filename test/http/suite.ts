@@ -8,6 +8,8 @@ import { redisStore } from '../../src/redis/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
+import { type StoreName, selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
 /** One request, as the suite sends it. */
 export interface SuiteRequest {
@@ -46,7 +48,6 @@ export interface HttpHarness {
   start(options: { once: Oncely; listen: boolean; middleware?: Record<string, unknown> }): Promise<RunningApp>;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let unique = 0;
 /** A key no other test uses, so tests sharing one store never meet. */
 export const fresh = (label: string) => `${label}-${process.pid}-${Date.now()}-${++unique}`;
@@ -56,18 +57,31 @@ const json = (_body: unknown) => ({ 'content-type': 'application/json' });
 export function describeHttpSuite(framework: string, harness: HttpHarness): void {
   const schema = freshSchema();
   const prefix = freshPrefix();
-  const backends: [string, () => RecordStore][] = [
-    ['sqlite', () => sqliteStore({ path: join(mkdtempSync(join(tmpdir(), `oncely-${framework}-`)), 'http.db') })],
-    ['postgres', () => postgresStore({ connectionString: POSTGRES_URL, schema })],
-    ['redis', () => redisStore({ url: REDIS_URL, prefix })],
-  ];
+  const backends = selectStores<{ name: StoreName; makeStore: () => RecordStore; cleanup: () => Promise<void> }>([
+    {
+      name: 'sqlite',
+      makeStore: () => sqliteStore({ path: join(mkdtempSync(join(tmpdir(), `oncely-${framework}-`)), 'http.db') }),
+      cleanup: async () => {},
+    },
+    {
+      name: 'postgres',
+      makeStore: () => postgresStore({ connectionString: POSTGRES_URL, schema }),
+      cleanup: () => dropSchema(schema),
+    },
+    {
+      name: 'redis',
+      makeStore: () => redisStore({ url: REDIS_URL, prefix }),
+      cleanup: async () => {
+        const redis = await connectRedis();
+        await dropPrefix(redis, prefix);
+        await redis.quit();
+      },
+    },
+  ]);
   afterAll(async () => {
-    await dropSchema(schema);
-    const redis = await connectRedis();
-    await dropPrefix(redis, prefix);
-    await redis.quit();
+    for (const { cleanup } of backends) await cleanup();
   });
-  for (const [backend, makeStore] of backends)
+  for (const { name: backend, makeStore } of backends)
     for (const listen of [false, true])
       describe(`${framework} on ${backend}, ${listen ? 'listening' : 'in process'}`, () => {
         let once: Oncely;
@@ -148,7 +162,7 @@ export function describeHttpSuite(framework: string, harness: HttpHarness): void
           const app = await start();
           const key = fresh('slow');
           const first = post(app, '/slow', key, {});
-          await sleep(100);
+          await until('the first /slow request to reach its handler', () => app.calls.get(`/slow ${key}`) === 1);
           const busy = await post(app, '/slow', key, {});
           expect(busy.status).toBe(409);
           expect(Number(busy.headers['retry-after'])).toBeGreaterThanOrEqual(1);
@@ -156,10 +170,9 @@ export function describeHttpSuite(framework: string, harness: HttpHarness): void
           expect((await first).status).toBe(200);
           const patient = await start({ wait: '5s' });
           const key2 = fresh('slow-wait');
-          const [a, b] = await Promise.all([
-            post(patient, '/slow', key2, {}),
-            sleep(50).then(() => post(patient, '/slow', key2, {})),
-          ]);
+          const running = post(patient, '/slow', key2, {});
+          await until('the first /slow request to reach its handler', () => patient.calls.get(`/slow ${key2}`) === 1);
+          const [a, b] = await Promise.all([running, post(patient, '/slow', key2, {})]);
           expect([a.status, b.status]).toEqual([200, 200]);
           expect(b.body).toBe(a.body);
           expect(b.headers['idempotent-replayed']).toBe('true');

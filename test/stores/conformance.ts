@@ -11,6 +11,7 @@ import {
   type WriteOptions,
 } from '../../src/index.js';
 
+// sleep: the helper for the waits below whose duration is the point (leases, TTLs, a slow answer).
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const RELATIVE: WriteOptions = { relative: true };
@@ -26,6 +27,7 @@ function slowToAnswer(store: RecordStore): RecordStore {
     insertOrGet: (...args) => store.insertOrGet(...args),
     update: async (...args) => {
       const applied = await store.update(...args);
+      // sleep: the 5 ms late answer is what this wrapper is for.
       await sleep(5);
       return applied;
     },
@@ -159,6 +161,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       expect(busy.retryAfterMs).toBeGreaterThan(0);
       expect(busy.record?.state).toBe('in_progress');
       const waiting = once.run({ action: act, key: 'S-1', wait: '5s' }, async () => runs++);
+      // sleep: a head start for the waiter to find the claim in progress; were it late it would replay all the same.
       await sleep(50);
       release();
       expect((await first).value).toBe('sent');
@@ -287,9 +290,11 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       // loaded CI machine) before another caller could take over.
       const first = once.run({ action: act, key: 'N-1', lease: 200 }, async () => {
         runs++;
+        // sleep: five leases long: the renewals are what keeps the claim.
         await sleep(1_000);
         return 'done';
       });
+      // sleep: three leases into the function, when an unrenewed claim would have been taken over.
       await sleep(600);
       const busy = await rejection(once.run({ action: act, key: 'N-1', lease: 200 }, async () => runs++));
       expect(busy.code).toBe('IN_PROGRESS');
@@ -310,9 +315,11 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       let runs = 0;
       const short = once.run({ action: act, key: 'S-1', lease: 200 }, async () => {
         runs++;
+        // sleep: five leases long: the renewals are what keeps the claim.
         await sleep(1_000);
         return 'short';
       });
+      // sleep: three leases into the function, when an unrenewed claim would have been taken over.
       await sleep(600);
       const busy = await rejection(once.run({ action: act, key: 'S-1', lease: 200 }, async () => runs++));
       expect(busy.code).toBe('IN_PROGRESS');
@@ -368,11 +375,13 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       await once.run({ action: act, key: 'E-1', ttl: 100 }, fn);
       const forever = await once.run({ action: act, key: 'E-2', ttl: 'permanent' }, fn);
       expect(forever.record.expiresAt).toBeNull();
+      // sleep: E-1's 100 ms TTL must run out.
       await sleep(150);
       const again = await once.run({ action: act, key: 'E-1', ttl: 100 }, fn);
       expect(again).toMatchObject({ replayed: false, value: 3 });
       expect(again.record.attempts).toBe(1);
       await once.run({ action: act, key: 'E-3', ttl: 50 }, fn);
+      // sleep: E-3's 50 ms TTL must run out.
       await sleep(100);
       await once.purgeExpired({ batchSize: 2 });
       expect(await once.get(act, 'E-3')).toBeNull();
@@ -477,6 +486,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
         const first = await rejection(once.run({ action: act, key, lease: 50 }, fn));
         expect(first).toMatchObject({ code: 'RESULT_NOT_SERIALIZABLE', replayed: false });
         expect((await once.get(act, key))?.state).toBe('failed');
+        // sleep: the 50 ms lease must run out: the stored failure must still replay after it.
         await sleep(80);
         expect(await rejection(once.run({ action: act, key, lease: 50 }, fn))).toMatchObject({
           code: 'RESULT_NOT_SERIALIZABLE',
@@ -556,6 +566,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       expect(await stored('F-1')).toEqual(first.record);
 
       // A function that outlives a few lease renewals.
+      // sleep: the function outlives a few 60 ms lease renewals.
       const renewed = await cached.run({ action: act, key: 'F-2', lease: 60 }, async () => sleep(150));
       expect((await once.run({ action: act, key: 'F-2', lease: 60 }, async () => 'x')).record).toEqual(renewed.record);
 
@@ -565,6 +576,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
       expect(taken.record.attempts).toBe(2);
       expect(await stored('F-3')).toEqual(taken.record);
       await cached.run({ action: act, key: 'F-4', ttl: 50 }, async () => 'old');
+      // sleep: F-4's 50 ms TTL must run out.
       await sleep(80);
       const fresh = await cached.run({ action: act, key: 'F-4', ttl: 50 }, async () => 'new');
       expect(fresh).toMatchObject({ replayed: false, value: 'new' });
@@ -587,6 +599,7 @@ export function describeConformance(name: string, makeStore: () => RecordStore |
         Array.from({ length: 50 }, () =>
           once.run({ action: act, key: 'B-1', wait: '5s' }, async () => {
             runs++;
+            // sleep: the function runs a while, so the duplicates meet it in progress.
             await sleep(20);
             return 'one';
           }),

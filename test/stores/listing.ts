@@ -4,6 +4,7 @@ import { type RecordState, recordRef, type StoredRecord } from '../../src/core/r
 import { createOncely, fingerprint, type Oncely, OncelyError, type RecordStore } from '../../src/index.js';
 import type { RecordQuery } from '../../src/store.js';
 
+// sleep: the helper for the one wait whose duration is the point, a TTL running out.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const COUNT = 10_000;
@@ -362,6 +363,7 @@ export function describeListing(
       const lapsed = await once.resolve(act, 'lapsed', { value: 'old' }, { by: 'carol', note: 'n', ttl: '200ms' });
       expect(lapsed).toMatchObject({ state: 'succeeded', settlement: { by: 'carol', answer: 'value', note: 'n' } });
       expect(lapsed.expiresAt).toBeGreaterThan(now);
+      // sleep: the 200 ms TTL must run out.
       await sleep(Math.max(0, (lapsed.expiresAt as number) - Date.now()) + 200);
       const fresh = await once.run({ action: act, key: 'lapsed', input: { key: 'lapsed' } }, () => 'ran');
       expect(fresh).toMatchObject({ replayed: false, value: 'ran' });

@@ -40,14 +40,15 @@ it('a flow lease runs out by the manual clock: the next worker takes the flow ov
     // A stops looking for work, as a stalled process does; its step is still running.
     stopping = a.stop();
     await b.startWorker();
+    // sleep: B polls for 100 ms of real time, in which the lease, by the manual clock, has not run out.
     await new Promise((r) => setTimeout(r, 100));
-    // B polled for 100 ms of real time: the lease, by the manual clock, has not run out.
     expect(runs).toEqual(['a']);
     clock.advance('31s');
     expect(await b.result(workflowId, { timeout: '5s' })).toBe('labelled by b');
     expect(runs).toEqual(['a', 'b']);
     unstick('labelled by a');
-    await new Promise((r) => setTimeout(r, 50));
+    // A's stop resolves once its late step has finished and tried its write.
+    await stopping;
     expect(await b.result(workflowId)).toBe('labelled by b');
   } finally {
     // A's late step finishes after the takeover: its fenced write changes nothing.

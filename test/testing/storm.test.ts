@@ -51,6 +51,7 @@ describe('storm', () => {
       { action: 'charge', key: (i: { orderId: string }) => [i.orderId, 'charge'], wait: '10s' },
       async (i) => {
         charges++;
+        // sleep: the charge takes a while, so the concurrent calls meet it in progress.
         await new Promise((r) => setTimeout(r, 50));
         return { chargeId: `ch_${charges}`, orderId: i.orderId };
       },

@@ -3,9 +3,10 @@ import { migrate } from '../../src/db/migrate.js';
 import type { Db } from '../../src/db/types.js';
 import { enqueue, type OutboxMessage, OutboxRelay } from '../../src/host/outbox.js';
 import { outboxMigrations } from '../../src/host/outbox-sql.js';
-import { type Target, targets } from './support/targets.js';
+import { until } from '../support/wait.js';
+import { DIALECTS, type Target, targets } from './support/targets.js';
 
-for (const dialect of ['sqlite', 'postgres'] as const) {
+for (const dialect of DIALECTS) {
   describe(`outbox relay on ${dialect}`, () => {
     let target: Target;
     const opened: Db[] = [];
@@ -85,7 +86,7 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
         },
       });
       relay.start();
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await until('the relay to be stopped during its first delivery', () => stopping !== undefined);
       await stopping;
       expect(delivered).toEqual(['a-1']);
       const rows = await db.all<{ id: string; status: string; attempts: number }>(

@@ -2,11 +2,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/types.js';
 import { type Claim, WorkQueue } from '../../src/work/index.js';
 import { startWorker, type Worker } from '../support/spawn.js';
-import { CLAIMER, due, ITEMS, seed, type Target, targets } from './support/targets.js';
+import { until } from '../support/wait.js';
+import { CLAIMER, DIALECTS, due, ITEMS, seed, type Target, targets } from './support/targets.js';
 
+// sleep: the helper for the waits below whose duration is the point (a lease running out, a window).
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-for (const dialect of ['sqlite', 'postgres'] as const) {
+for (const dialect of DIALECTS) {
   describe(`claimed work on ${dialect}`, () => {
     let target: Target;
     const opened: Db[] = [];
@@ -70,12 +72,14 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       expect(held.sort()).toEqual(['item-000', 'item-001', 'item-002']);
       const work = new WorkQueue<{ id: string }>(db, ITEMS, { leaseMs: 30_000 });
       // Two leases later the holder is alive and renewing: its rows are not due.
+      // sleep: two leases must pass for the renewals to be what keeps the rows.
       await sleep(1_300);
       const others = await work.claim(10, due());
       expect(others.map((c) => c.row.id).sort()).toEqual(['item-003', 'item-004']);
       holder.child.kill('SIGKILL');
       await holder.exited;
       expect(await work.claim(10, due())).toEqual([]);
+      // sleep: the dead holder's 600 ms lease must run out.
       await sleep(700);
       const again = await work.claim(10, due());
       expect(again.map((c) => c.row.id).sort()).toEqual(held);
@@ -108,7 +112,7 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       ]);
       // A renewal finds the row claimed again: the late holder learns it lost the claim.
       const kept = new WorkQueue<{ id: string }>(db, ITEMS, { leaseMs: 30 }).keep(mine);
-      await sleep(100);
+      await until('the renewal to find the row claimed again', () => !kept.holds());
       expect(kept.holds()).toBe(false);
       kept.stop();
 
@@ -125,8 +129,10 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       const first = await work.claimRow(['item-001'], ready);
       expect(first).toMatchObject({ key: ['item-001'], attempts: 1, fence: 1 });
       expect(await work.claimRow(['item-001'], ready)).toBeNull();
-      await sleep(80);
-      expect(await work.claimRow(['item-001'], ready)).toMatchObject({ attempts: 2, fence: 2 });
+      const again = await until('the 50 ms lease to run out and the row to be claimed again', () =>
+        work.claimRow(['item-001'], ready),
+      );
+      expect(again).toMatchObject({ attempts: 2, fence: 2 });
       expect(await db.all("SELECT id FROM work_items WHERE status = 'pending'")).toEqual([{ id: 'item-000' }]);
     });
 
@@ -147,6 +153,7 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       const plan = work.plan(first);
       expect(plan.dead).toBe(false);
       expect(await work.fail(db, first, plan, 'boom')).toBe(true);
+      // sleep: the 1 ms backoff must pass for the failed row to be due again.
       await sleep(5);
       const retried = byId(await work.claim(2, due()));
       expect(retried.map((c) => [c.row.id, c.attempts])).toEqual([

@@ -102,8 +102,13 @@ describe('the shop under duplicate storms', () => {
     });
     expect(count(db, 'SELECT count(*) AS n FROM stock_moves WHERE order_id = ?', orderId)).toBe(1);
     // The outbox consumer sms.send: the relay delivers at least once, the consumer applies once.
-    for (let i = 0; i < 100 && count(db, 'SELECT count(*) AS n FROM sms_sent') === 0; i++)
-      await new Promise((r) => setTimeout(r, 50));
+    // Awaited with vitest's expect.poll: an example's tests use only what its users have.
+    await expect
+      .poll(() => count(db, 'SELECT count(*) AS n FROM sms_sent WHERE text LIKE ?', `%${orderId}%`), {
+        timeout: 15_000,
+        interval: 50,
+      })
+      .toBeGreaterThan(0);
     await host.events.drain();
     expect(count(db, 'SELECT count(*) AS n FROM sms_sent WHERE text LIKE ?', `%${orderId}%`)).toBe(1);
   });

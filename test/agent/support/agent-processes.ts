@@ -19,6 +19,7 @@ export const LEASE = 500;
 
 export const startWorker = (job: Job) => start(job, WORKER);
 
+// sleep: the helper for the waits whose duration is the point (TTLs running out).
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A fresh downstream mailer file, and readers of what it holds for a key. */

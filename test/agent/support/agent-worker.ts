@@ -100,6 +100,7 @@ export function reviewNoticeTool(sink: string, hang?: () => Promise<void>) {
     execute: async (input, ctx) => {
       deliver(sink, ctx.idempotencyKey, input.recipientId, input.body, ctx.attempt);
       if (hang) await hang();
+      // sleep: the send takes a while, so a burst's duplicates meet it in progress.
       else await new Promise((r) => setTimeout(r, 300));
       return { to: input.recipientId, by: process.pid, attempt: ctx.attempt };
     },
@@ -129,6 +130,7 @@ export function digestTool(sink: string, hang?: () => Promise<void>) {
     execute: async (input, ctx) => {
       deliver(sink, `${ctx.idempotencyKey}:${input.runId}`, input.recipientId, input.body, ctx.attempt);
       if (hang) await hang();
+      // sleep: the send takes a while, so a burst's duplicates meet it in progress.
       else await new Promise((r) => setTimeout(r, 300));
       return { to: input.recipientId, by: process.pid, attempt: ctx.attempt };
     },

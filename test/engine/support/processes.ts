@@ -16,6 +16,8 @@ import { startWorker } from '../../support/spawn.js';
 import { type StoreName, selectStores } from '../../support/store-filter.js';
 import { openStore, type StoreSpec } from '../../support/stores.js';
 
+/** For waits whose duration is the point (a lease running out, a holder busy for a while). */
+// sleep: the helper itself; each call says why its duration matters.
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A downstream (an SMS gateway, a payment provider) that dedupes on the key it is given, and logs every call. */

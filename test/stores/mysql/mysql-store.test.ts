@@ -4,8 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOncely, type StoredRecord } from '../../../src/index.js';
 import { mysqlStore } from '../../../src/mysql/index.js';
 import { createDatabase, databaseUrl, dropDatabase, freshDatabase, MYSQL_URL, testPool } from '../../support/mysql.js';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+import { until } from '../../support/wait.js';
 
 const database = freshDatabase();
 const pool = testPool(database);
@@ -108,7 +107,12 @@ describe("mysql: a caller's transaction", () => {
     await once.run({ action: 'a', key: 'K', tx: holder }, async () => ++runs);
     // The uncommitted row holds the key: the other caller's insert waits on its lock.
     const duplicate = once.run({ action: 'a', key: 'K' }, async () => ++runs);
-    await sleep(200);
+    await until("the duplicate to wait on the holder's lock in the server", async () =>
+      count(
+        "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE ?",
+        ['%tx_wait%'],
+      ),
+    );
     await holder.commit();
     holder.release();
     expect(await duplicate).toMatchObject({ replayed: true, value: 1 });
@@ -127,8 +131,12 @@ describe('mysql: lost connections', () => {
     expect(connection.listenerCount('error')).toBeGreaterThan(0);
     const [[{ id }]] = (await connection.query('SELECT CONNECTION_ID() AS id')) as unknown as [[{ id: number }]];
     await pool.query(`KILL ${Number(id)}`);
-    // Killed while idle: mysql2 emits 'error' on the connection now.
-    await sleep(200);
+    // Killed while idle: mysql2 emits 'error' on the connection once the server's word of it arrives, which
+    // it keeps as the connection's protocol error.
+    await until(
+      "the killed connection's error",
+      () => (connection as unknown as { connection: { _protocolError?: Error } }).connection._protocolError,
+    );
     let runs = 0;
     await expect(once.run({ action: 'a', key: 'k', tx: connection }, async () => runs++)).rejects.toMatchObject({
       code: 'STORE_UNAVAILABLE',
@@ -162,20 +170,30 @@ describe('mysql: lost connections', () => {
           (error: { code?: string }) => ({ ok: false as const, code: error.code }),
         ),
     );
-    while (started < 100) await sleep(10);
+    await until(
+      'all 100 functions to start',
+      () => started,
+      (n) => n === 100,
+    );
     // Another session locks every claim, so the completions' statements wait in the server: KILLed mid-statement.
     const blocker = await mysql.createConnection({ uri: databaseUrl(owned) });
     await blocker.beginTransaction();
     await blocker.query('SELECT `key` FROM oncely_records FOR UPDATE');
-    release();
-    await sleep(300);
     const [[{ id: blockerId }]] = (await blocker.query('SELECT CONNECTION_ID() AS id')) as unknown as [
       [{ id: number }],
     ];
-    const [waiting] = (await pool.query(
-      "SELECT ID AS id FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> ? AND COMMAND = 'Query'",
-      [owned, blockerId],
-    )) as unknown as [{ id: number }[]];
+    release();
+    const waiting = await until(
+      "the completions' statements to wait on the blocker's locks",
+      async () =>
+        (
+          (await pool.query(
+            "SELECT ID AS id FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> ? AND COMMAND = 'Query'",
+            [owned, blockerId],
+          )) as unknown as [{ id: number }[]]
+        )[0],
+      (found) => found.length > 0,
+    );
     expect(waiting.length).toBeGreaterThan(0);
     for (const { id } of waiting) await pool.query(`KILL ${Number(id)}`);
     await blocker.rollback();

@@ -5,6 +5,7 @@ import { InvalidArgumentError, OncelyError } from '../../../src/core/errors.js';
 import type { RecordId, StoredRecord } from '../../../src/core/record.js';
 import { type PgPool, type PostgresStore, postgresStore } from '../../../src/postgres/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL, testPool } from '../../support/postgres.js';
+import { until } from '../../support/wait.js';
 
 const schema = freshSchema();
 const pools: pg.Pool[] = [];
@@ -76,7 +77,7 @@ describe('postgresStore: insertOrGet', () => {
     const base = record();
     const results = await Promise.all(
       Array.from({ length: 200 }, async (_, i) => {
-        // Spread the calls over several ticks so they land in several batches.
+        // sleep: spread the calls over several ticks so they land in several batches.
         await new Promise((resolve) => setTimeout(resolve, i % 7));
         return (i % 2 ? store : other).insertOrGet({ ...base, fingerprint: `fp-${i}` });
       }),
@@ -389,9 +390,10 @@ describe('postgresStore: batching', () => {
       return items.map((n) => n * 2);
     });
     const first = batcher.push(1);
-    await new Promise((r) => setTimeout(r, 5));
+    await until('the lone call to be sent', () => sizes.length === 1);
     expect(sizes).toEqual([1]);
     const rest = Array.from({ length: 10 }, (_, i) => batcher.push(i + 2));
+    // sleep: a window in which the calls arriving while the first is in flight must not be sent.
     await new Promise((r) => setTimeout(r, 5));
     expect(sizes).toEqual([1]);
     release();

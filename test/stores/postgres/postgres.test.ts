@@ -21,6 +21,7 @@ describeListing('postgres', () => postgresStore({ connectionString: POSTGRES_URL
   idOrder: true,
 });
 
+// sleep: the helper for the waits below whose duration is the point (an outage's length, a quiet window).
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -62,6 +63,7 @@ describe('postgres: outages', () => {
         runs++;
         // The database goes away for half a second right after the effect, before the completion.
         await rig.down();
+        // sleep: the outage lasts half a second, shorter than the completion's retries.
         outage = sleep(500).then(() => rig.up());
         return { charged: runs };
       });
@@ -110,6 +112,7 @@ describe('postgres: outages', () => {
     await expect(once.run({ action: 'a', key: 'k', tx: client }, async () => runs++)).rejects.toMatchObject({
       code: 'STORE_UNAVAILABLE',
     });
+    // sleep: a window in which a late run of the refused function would show.
     await sleep(50);
     expect(runs).toBe(0);
     client.release(new Error('terminated'));

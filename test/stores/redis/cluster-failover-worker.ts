@@ -37,6 +37,7 @@ async function lane(): Promise<void> {
     try {
       const r = await once.run({ action: job.action, key }, async () => {
         appendFileSync(job.sink, `${key}\n`);
+        // sleep: each effect takes a moment, so the kill lands among running ones.
         await new Promise((r) => setTimeout(r, 5));
         return { by: process.pid };
       });

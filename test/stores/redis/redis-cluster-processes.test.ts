@@ -11,8 +11,8 @@ import { freshPrefix } from '../../support/redis.js';
 import { startCluster } from '../../support/redis-cluster.js';
 import { startWorker } from '../../support/spawn.js';
 import type { StoreSpec } from '../../support/stores.js';
+import { until } from '../../support/wait.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const cluster = await startCluster();
 
 afterAll(() => cluster.stop());
@@ -57,8 +57,12 @@ describe('redis cluster across processes', () => {
     const rejoined = (async () => {
       // Promoted: three masters again, the victim not among them (marked failed, it is left out of
       // masters() at once, before its replica is elected).
-      for (let m = await cluster.masters(); m.length < 3 || m.includes(victim); m = await cluster.masters())
-        await sleep(50);
+      await until(
+        'three masters again, the victim not among them',
+        () => cluster.masters(),
+        (m) => m.length === 3 && !m.includes(victim),
+        { timeoutMs: 60_000, intervalMs: 50 },
+      );
       promotedAt = Date.now();
       cluster.restart(victim);
     })();

@@ -11,7 +11,9 @@ import { recordKey } from '../../../src/redis/store.js';
 import type { RecordStore } from '../../../src/store.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../../support/redis.js';
 import { startWorker } from '../../support/spawn.js';
+import { until } from '../../support/wait.js';
 
+// sleep: the helper for the one wait whose duration is the point, killed holders' leases running out.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const prefix = freshPrefix();
 let redis: Awaited<ReturnType<typeof connectRedis>>;
@@ -205,7 +207,11 @@ describe('redis index of in_progress and unknown records', () => {
     const live = record();
     for (const r of [gone, back, live]) expect((await store.insertOrGet(r)).inserted).toBe(true);
     expect(new Set(await members(p, 'in_progress'))).toEqual(new Set([gone, back, live].map(memberOf)));
-    await sleep(400);
+    await until(
+      'Redis to expire the stalled claim',
+      () => redis.exists(recordKey(p, gone)),
+      (n) => n === 0,
+    );
     expect(await redis.exists(recordKey(p, gone))).toBe(0);
     // The key starts again, finished (inserted as given): its old member is still in the index.
     expect((await store.insertOrGet({ ...back, state: 'succeeded', leaseUntil: null, result: '1' })).inserted).toBe(
@@ -316,6 +322,7 @@ describe('redis index of in_progress and unknown records', () => {
 
     // Once the killed holders' leases ran out, two processes call every key again: under 'hold'
     // the abandoned claims turn unknown, the rest run or replay.
+    // sleep: the killed holders' leases must run out.
     await sleep(job.lease + 200);
     const settlers = [3, 4].map((seed) => startWorker({ ...job, mode: 'settle', seed }, script));
     const summaries = (await Promise.all(settlers.map((w) => w.waitFor('{')))).map(
@@ -385,15 +392,10 @@ async function privateRedis(): Promise<{ url: string; stop(): void }> {
     stdio: 'ignore',
   });
   const url = `redis://127.0.0.1:${port}`;
-  for (let tries = 0; ; tries++) {
-    try {
-      await (await connectTo(url)).close();
-      break;
-    } catch (error) {
-      if (tries > 100) throw error;
-      await sleep(50);
-    }
-  }
+  await until(`the private redis-server on ${url} to accept connections`, async () => {
+    await (await connectTo(url)).close();
+    return true;
+  });
   return { url, stop: () => child.kill('SIGKILL') };
 }
 

@@ -9,6 +9,7 @@ import { redisStore } from '../../../src/redis/index.js';
 import { INDEX_KEYS, LEASE_MARGIN_MS } from '../../../src/redis/scripts.js';
 import { MAX_BATCH, recordKey } from '../../../src/redis/store.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../../support/redis.js';
+import { until } from '../../support/wait.js';
 
 const prefix = freshPrefix();
 let redis: Awaited<ReturnType<typeof connectRedis>>;
@@ -255,6 +256,7 @@ describe('redis store', () => {
     // A holder that claimed with a TTL shorter than its lease, then stalled (a long GC pause).
     const stale = record({ leaseUntil: Date.now() + 100, expiresAt: Date.now() + 50, fingerprint: fingerprint(null) });
     await store.insertOrGet(stale);
+    // sleep: past both the 50 ms TTL and the 100 ms lease, the window this defect is about.
     await new Promise((resolve) => setTimeout(resolve, 200));
     // Past both: the claim is still there to take over (it used to vanish at lease end, and the
     // next caller got fence 1 again).
@@ -354,7 +356,11 @@ describe('redis store', () => {
     const store = redisStore({ client: redis, prefix });
     const r = record({ state: 'succeeded', leaseUntil: null, expiresAt: Date.now() + 50 });
     await store.insertOrGet(r);
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    await until(
+      'Redis to drop the expired record',
+      () => redis.exists(recordKey(prefix, r)),
+      (n) => n === 0,
+    );
     expect(await redis.exists(recordKey(prefix, r))).toBe(0);
     expect(await store.get(r)).toBeNull();
     expect(await store.purgeExpired(Date.now(), 100)).toBe(0);
@@ -445,6 +451,7 @@ describe('redis store', () => {
       expect((await store.insertOrGet(r)).inserted).toBe(true);
 
       proxy.drop();
+      // sleep: lets the dropped connection's close reach the client, so the get below meets a reconnect.
       await new Promise((resolve) => setTimeout(resolve, 50));
       expect(await store.get(r)).toEqual(r);
     } finally {

@@ -17,6 +17,7 @@ const job = JSON.parse(process.argv[2] ?? '{}') as {
   startAt?: number;
 };
 const db = await openDb(job.url);
+// sleep: until the start time the workers share, so they claim side by side.
 await new Promise((resolve) => setTimeout(resolve, Math.max(0, (job.startAt ?? 0) - Date.now())));
 const work = new WorkQueue<{ id: string }>(db, ITEMS, { leaseMs: job.leaseMs });
 
@@ -32,7 +33,7 @@ if (job.mode === 'hold') {
     if (claims.length === 0) break;
     console.log(JSON.stringify({ claimed: claims.map((c) => c.row.id) }));
     for (const claim of claims) {
-      // A little work per item, so the three workers' claims interleave.
+      // sleep: a little work per item, so the three workers' claims interleave.
       await new Promise((resolve) => setTimeout(resolve, 1));
       if (!(await work.complete(db, claim, 'done', { done_by: job.name }))) throw new Error(`lost ${claim.row.id}`);
     }

@@ -5,6 +5,7 @@ import { openDb } from '../../../src/db/index.js';
 import type { Db } from '../../../src/db/types.js';
 import type { WorkTable } from '../../../src/work/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../../support/postgres.js';
+import { SELECTED_STORES } from '../../support/store-filter.js';
 
 /** One database per test: a SQLite file, or a fresh PostgreSQL schema. */
 export interface Target {
@@ -13,6 +14,9 @@ export interface Target {
   open(): Promise<Db>;
   dispose(): Promise<void>;
 }
+
+/** The databases the work tests run on, those ONCELY_STORES selects. */
+export const DIALECTS = (['sqlite', 'postgres'] as const).filter((name) => SELECTED_STORES.has(name));
 
 export const targets: Record<'sqlite' | 'postgres', () => Target> = {
   sqlite: () => {
