@@ -102,6 +102,7 @@ export class Feed {
       id: message.id,
       type: message.type,
       data: message.data,
+      traceId: message.traceId,
       ...(message.refusal !== undefined ? { refusal: message.refusal } : {}),
       settled: false,
       ack: settle(() => message.ack()),

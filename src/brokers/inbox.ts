@@ -25,14 +25,14 @@ export interface EventIntake {
     type: string,
     data: unknown,
     tx: Sql,
-    how: { surface: 'broker' },
+    how: { surface: 'broker'; traceId?: string },
   ): Promise<'accepted' | 'duplicate' | 'conflict'>;
   /** `EventQueue.wake`: called after the commit, so the stored events are claimed now, not at the next poll. */
   wake?(): void;
   /** `EventQueue.intakeMany`: a whole batch in the transaction, its outcomes in order. */
   intakeMany?(
     source: string,
-    events: readonly { id: string; type: string; data: unknown }[],
+    events: readonly { id: string; type: string; data: unknown; traceId?: string }[],
     tx: Sql,
   ): Promise<('accepted' | 'duplicate' | 'conflict')[]>;
 }
@@ -180,12 +180,14 @@ function store(
     if (events.intakeMany)
       return events.intakeMany(
         name,
-        keyed.map(({ message, id }) => ({ id, type: message.type, data: message.data })),
+        keyed.map(({ message, id }) => ({ id, type: message.type, data: message.data, traceId: message.traceId })),
         tx,
       );
     const out: ('accepted' | 'duplicate' | 'conflict')[] = [];
     for (const { message, id } of keyed)
-      out.push(await events.intake(name, id, message.type, message.data, tx, { surface: 'broker' }));
+      out.push(
+        await events.intake(name, id, message.type, message.data, tx, { surface: 'broker', traceId: message.traceId }),
+      );
     return out;
   });
 }

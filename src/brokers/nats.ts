@@ -5,7 +5,7 @@
  * or target first connects.
  */
 import type { AckPolicy, JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/transport-node';
+import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 import { backoffDelay } from '../core/backoff.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
@@ -14,6 +14,7 @@ import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
 import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
+import { TRACE_NAME, traceIdIn } from './trace.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
 
 type Clients = {
@@ -259,6 +260,7 @@ class NatsSource implements BrokerSource {
         id: idOf(message, data, this.options.id ?? 'Nats-Msg-Id'),
         type: typeOf(message, this.options.type ?? 'subject'),
         data,
+        traceId: traceIdIn((message.headers?.keys() ?? []).map((name) => [name, message.headers?.get(name)])),
         ...(refusal !== undefined ? { refusal } : {}),
         ack: settle(() => message.ack()),
         retry: settle(() => message.nak(this.options.retryDelayMs ?? 1_000)),
@@ -330,7 +332,12 @@ class NatsTarget implements BrokerTarget {
     const { js } = await this.open();
     const subject = this.options.subject ? this.options.subject(message.topic) : message.topic;
     const body = new TextEncoder().encode(JSON.stringify(message.payload ?? null));
-    await js.publish(subject, body, { msgID: message.id, timeout: this.options.timeoutMs ?? 5_000 });
+    let headers: MsgHdrs | undefined;
+    if (message.traceId !== undefined) {
+      headers = (await clients()).nats.headers();
+      headers.set(TRACE_NAME, message.traceId);
+    }
+    await js.publish(subject, body, { msgID: message.id, timeout: this.options.timeoutMs ?? 5_000, headers });
   }
 
   async close(): Promise<void> {

@@ -10,6 +10,7 @@ import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
 import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
+import { TRACE_NAME, traceIdIn } from './trace.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
 
 // The few amqplib members used, declared here so its types stay out of the public declarations.
@@ -223,6 +224,7 @@ class RabbitSource implements BrokerSource {
         id: idOf(message, data, this.options.id ?? 'message-id'),
         type: typeOf(message, this.options.type ?? 'type'),
         data,
+        traceId: traceIdIn(Object.entries(message.properties.headers ?? {})),
         ...(refusal !== undefined ? { refusal } : {}),
         ack: async () => {
           this.retryStreak = 0;
@@ -407,6 +409,7 @@ class RabbitTarget implements BrokerTarget {
           type: message.topic,
           contentType: 'application/json',
           timestamp: Math.floor(message.createdAt / 1000),
+          ...(message.traceId !== undefined ? { headers: { [TRACE_NAME]: message.traceId } } : {}),
         },
         (error) => {
           const unroutable = this.returned.delete(message.id);

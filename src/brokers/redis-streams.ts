@@ -12,6 +12,7 @@ import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
 import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
+import { TRACE_NAME, traceIdIn } from './trace.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
 
 // The ioredis members used, declared so its types stay out of the public declarations.
@@ -274,6 +275,7 @@ class RedisStreamsSource implements BrokerSource {
         id: id === '' ? undefined : id,
         type: fields.get(this.fields.type) ?? this.options.stream,
         data,
+        traceId: traceIdIn(fields),
         ...(refusal !== undefined ? { refusal } : {}),
         ack: () =>
           this.acks
@@ -356,6 +358,7 @@ class RedisStreamsTarget implements BrokerTarget {
       message.topic,
       this.fields.data,
       JSON.stringify(message.payload ?? null),
+      ...(message.traceId !== undefined ? [TRACE_NAME, message.traceId] : []),
     ]);
   }
 

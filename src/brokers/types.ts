@@ -14,6 +14,8 @@ export interface BrokerMessage {
   readonly type: string;
   /** The decoded body. */
   readonly data: unknown;
+  /** The intent's trace id its sender named (`Oncely-Trace-Id`, else a `traceparent`); its consumer runs under it. */
+  readonly traceId?: string;
   /** Why the source could not read it (a body over `maxBodyBytes`, or not JSON): the inbox rejects it. */
   readonly refusal?: string;
   /** Acknowledges: the event row is committed, or it was a duplicate. */

@@ -7,7 +7,6 @@ import type { Sql } from '../db/types.js';
 import type { RunContext } from '../engine/context.js';
 import type { FlowDefinition } from '../flows/define.js';
 import type { Flows } from '../flows/flows.js';
-import { readIdHeader, TRACE_HEADER } from '../http/header.js';
 import { enqueue } from './outbox.js';
 import type { Count } from './totals.js';
 import type { DataStore } from './types.js';
@@ -40,28 +39,6 @@ export interface HostContext {
   readonly outbox: {
     enqueue(topic: string, payload: unknown, options?: { id?: string }): Promise<{ id: string; created: boolean }>;
   };
-}
-
-const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/;
-
-/** The trace id of a W3C `traceparent` header (32 hex digits, not all zero), or undefined. */
-export function traceparentId(value: string | null | undefined): string | undefined {
-  const id = TRACEPARENT.exec(value?.trim().toLowerCase() ?? '')?.[1];
-  return id === undefined || /^0+$/.test(id) ? undefined : id;
-}
-
-/**
- * The intent's trace id a delivery's headers name: its Oncely-Trace-Id, else its `traceparent`'s.
- * An unusable one is ignored, never a reason to refuse the event the sender is delivering.
- */
-export function traceIdOf(headers: Headers): string | undefined {
-  try {
-    const own = readIdHeader(headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER);
-    if (own !== undefined) return own;
-  } catch {
-    // Malformed: the traceparent, if any, still names the trace.
-  }
-  return traceparentId(headers.get('traceparent'));
 }
 
 /** What the host gives every execution beside its transaction: where log lines and counts go. */

@@ -187,14 +187,14 @@ export const readBodyHash = (source: string, eventId: string): Statement => ({
 /** Stores several events in one statement, each unless (source, event_id) is stored; answers the ids it inserted. */
 export const insertEvents = (
   source: string,
-  events: readonly { id: string; type: string; payload: string; hash: string }[],
+  events: readonly { id: string; type: string; payload: string; hash: string; traceId: string | null }[],
   now: number,
 ): Statement => ({
   text: `INSERT INTO oncely_events
-  (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at)
-  VALUES ${events.map(() => "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)").join(', ')}
+  (source, event_id, type, payload, body_hash, status, attempts, next_attempt_at, received_at, updated_at, trace_id)
+  VALUES ${events.map(() => "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?)").join(', ')}
   ON CONFLICT (source, event_id) DO NOTHING RETURNING event_id`,
-  values: events.flatMap((e) => [source, e.id, e.type, e.payload, e.hash, now, now, now]),
+  values: events.flatMap((e) => [source, e.id, e.type, e.payload, e.hash, now, now, now, e.traceId]),
 });
 
 /** The stored type and body hash (or payload, for rows stored before body_hash) of several events of a source. */

@@ -71,7 +71,7 @@ const MAX_ERROR_LENGTH = 2_000;
 export const UNDECLARED_TYPE = '(other)';
 
 const all = <R>(sql: Sql, { text, values }: Statement) => sql.all<R>(text, values);
-// Events per statement of intakeMany: 8 placeholders each, far below SQLite's and PostgreSQL's bounds.
+// Events per statement of intakeMany: 9 placeholders each, far below SQLite's and PostgreSQL's bounds.
 const INTAKE_CHUNK = 200;
 const run = (sql: Sql, { text, values }: Statement) => sql.run(text, values);
 
@@ -190,20 +190,21 @@ export class EventQueue {
    * Stores several events of one source in the caller's transaction, as `intake` does each, with
    * a few statements for the whole batch instead of a few per event: one multi-row INSERT, one read
    * of the repeats' bodies, one count per type and outcome. Answers each event's outcome in order;
-   * a repeat of an id earlier in the same batch is a duplicate (or conflict) of it.
+   * a repeat of an id earlier in the same batch is a duplicate (or conflict) of it. An event's
+   * `traceId` (its sender's, as `intake` takes it) is stored with it: its consumer runs under it.
    */
   async intakeMany(
     source: string,
-    events: readonly { id: string; type: string; data: unknown }[],
+    events: readonly { id: string; type: string; data: unknown; traceId?: string }[],
     tx: Sql,
   ): Promise<('accepted' | 'duplicate' | 'conflict')[]> {
     if (typeof source !== 'string' || source.length === 0 || source.includes('/'))
       throw new OncelyError('INVALID_ARGUMENT', 'an event source must be a non-empty name without "/"');
-    const rows = events.map(({ id, type, data }) => {
+    const rows = events.map(({ id, type, data, traceId }) => {
       validateKey(id);
       validateEventType(type);
       const payload = JSON.stringify(data ?? null);
-      return { id, type, payload, hash: bodyHash(type, payload) };
+      return { id, type, payload, hash: bodyHash(type, payload), traceId: traceId ?? null };
     });
     const inserted = new Set<string>();
     // Chunks keep each statement well under the databases' bound on placeholders.

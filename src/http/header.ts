@@ -56,6 +56,29 @@ export const TRACE_HEADER = 'Oncely-Trace-Id';
 /** The request header carrying this attempt's own id. */
 export const REQUEST_ID_HEADER = 'X-Request-Id';
 
+const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+/** The trace id of a W3C `traceparent` header (32 hex digits, not all zero), or undefined. */
+export function traceparentId(value: string | null | undefined): string | undefined {
+  const id = TRACEPARENT.exec(value?.trim().toLowerCase() ?? '')?.[1];
+  return id === undefined || /^0+$/.test(id) ? undefined : id;
+}
+
+/**
+ * The intent's trace id a delivery's headers name (a webhook's, a broker message's): its
+ * Oncely-Trace-Id, else its `traceparent`'s. An unusable one is ignored, never a reason to refuse
+ * the event the sender is delivering. `get` answers a header by name, as `Headers.get` does.
+ */
+export function traceIdOf(headers: { get(name: string): string | null | undefined }): string | undefined {
+  try {
+    const own = readIdHeader(headers.get(TRACE_HEADER) ?? undefined, TRACE_HEADER);
+    if (own !== undefined) return own;
+  } catch {
+    // Malformed: the traceparent, if any, still names the trace.
+  }
+  return traceparentId(headers.get('traceparent'));
+}
+
 /**
  * Reads an id header (Oncely-Trace-Id, X-Request-Id): undefined when absent; TRACE_ID_INVALID when
  * sent twice, or not what `validateId` accepts.
