@@ -18,19 +18,10 @@ import { sqliteStore } from '../../src/sqlite/index.js';
 import { type ManualClock, manualClock } from '../../src/testing/manual-clock.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker } from '../support/spawn.js';
+import { type StoreName, selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
 const GRANT_WORKER = fileURLToPath(new URL('./support/grant-worker.ts', import.meta.url));
-
-/** Polls `read` until `done` holds, or fails naming what it waited for and what it saw last. */
-async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`waited ${ms} ms for ${what}; last saw ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 interface Backend {
   once: Oncely;
@@ -41,9 +32,10 @@ interface Backend {
   close(): Promise<void>;
 }
 
-const BACKENDS: { name: string; open(): Promise<Backend> }[] = [
+const BACKENDS = selectStores<{ name: StoreName; title: string; open(): Promise<Backend> }>([
   {
-    name: 'SQLite',
+    name: 'sqlite',
+    title: 'SQLite',
     async open() {
       const path = join(mkdtempSync(join(tmpdir(), 'oncely-credits-')), 'agent.db');
       const clock = manualClock();
@@ -57,7 +49,8 @@ const BACKENDS: { name: string; open(): Promise<Backend> }[] = [
     },
   },
   {
-    name: 'PostgreSQL',
+    name: 'postgres',
+    title: 'PostgreSQL',
     async open() {
       const schema = freshSchema();
       const clock = manualClock();
@@ -77,10 +70,10 @@ const BACKENDS: { name: string; open(): Promise<Backend> }[] = [
       };
     },
   },
-];
+]);
 
-for (const { name, open } of BACKENDS)
-  describe(`credits: ${name}`, () => {
+for (const { title, open } of BACKENDS)
+  describe(`credits: ${title}`, () => {
     let backend: Backend;
     beforeAll(async () => {
       backend = await open();
@@ -104,7 +97,7 @@ for (const { name, open } of BACKENDS)
       await agent.credits.grant(tenant, 1, { key: 'opening' });
 
       const slow = agent.call('longJob', { jobId: 'J-1' });
-      await until('J-1 to run, its credit reserved', async () => gates.has('J-1'), Boolean);
+      await until('J-1 to run, its credit reserved', async () => gates.has('J-1'));
       expect(await agent.credits.balance(tenant)).toBe(0);
       // Past the default reservationTtl of 15 minutes, with J-1 still running: the sweep gives its credit back.
       backend.clock.advance('16m');
@@ -112,7 +105,7 @@ for (const { name, open } of BACKENDS)
       expect(await agent.credits.balance(tenant)).toBe(1);
       // Another call spends it.
       const quick = agent.call('longJob', { jobId: 'J-2' });
-      await until('J-2 to run', async () => gates.has('J-2'), Boolean);
+      await until('J-2 to run', async () => gates.has('J-2'));
       gates.get('J-2')?.();
       expect(await quick).toMatchObject({ success: true, deliveryState: 'sent' });
       expect(await agent.credits.balance(tenant)).toBe(0);

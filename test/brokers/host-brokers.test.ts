@@ -5,7 +5,8 @@ import { hostBrokers } from '../../src/host/brokers.js';
 import type { HostConfig } from '../../src/host/config.js';
 import { routeIndex } from '../../src/host/routes.js';
 import { hostTargets, startHost } from '../support/host-app.js';
-import { closeAdmin, freshStream, NATS, until } from './support/nats.js';
+import { until } from '../support/wait.js';
+import { closeAdmin, freshStream, NATS } from './support/nats.js';
 
 const SCHEMA = 'CREATE TABLE effects (run TEXT PRIMARY KEY, event_id TEXT NOT NULL, kind TEXT NOT NULL)';
 
@@ -93,6 +94,7 @@ for (const { name, target, cleanup } of hostTargets()) {
       try {
         await stream.publish('in.order.paid', { n: 1 }, 'p1');
         await stream.publish('in.order.paid', { n: 2 }, 'p2');
+        // sleep: past the stream's duplicate window, so JetStream stores the repeat and only the host can drop it.
         await new Promise((resolve) => setTimeout(resolve, 200));
         // Past JetStream's window: stored again by the stream, a duplicate for the host.
         await stream.publish('in.order.paid', { n: 1 }, 'p1');

@@ -11,7 +11,8 @@ import type { OncelyLogger } from '../../src/core/observer.js';
 import { createOncely } from '../../src/engine/engine.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { openStore, type StoreSpec } from '../support/stores.js';
-import { closeAdmin, freshStream, until } from './support/nats.js';
+import { until } from '../support/wait.js';
+import { closeAdmin, freshStream } from './support/nats.js';
 
 const schema = freshSchema();
 const specs: StoreSpec[] = [
@@ -48,11 +49,12 @@ describe('oncely/brokers', () => {
       ]);
     expect((await run(script)).stdout.trim()).toBe('loaded');
     // The hook does refuse them: a source that connects asks for the client, and says how to install it.
+    const wait = fileURLToPath(new URL('../support/wait.ts', import.meta.url));
     const connect = `const { natsSource } = await import(${JSON.stringify(entry)});
+      const { until } = await import(${JSON.stringify(wait)});
       const source = natsSource({ name: 'n', stream: 'S', durable: 'd', baseDelayMs: 10_000 });
       await source.start(async () => {});
-      await new Promise((r) => setTimeout(r, 300));
-      console.log(source.status().lastError);
+      console.log(await until("the source's first connect error", () => source.status().lastError));
       await source.stop();`;
     expect((await run(connect)).stdout).toContain(
       "PACKAGE_MISSING: a NATS source or target needs '@nats-io/transport-node'",
@@ -99,6 +101,7 @@ for (const spec of specs) {
           const c = await stream.consumer('lib');
           return c.pending === 0 && c.ackPending === 0;
         });
+        // sleep: past the stream's 100 ms duplicate window, so JetStream stores the repeats.
         await new Promise((resolve) => setTimeout(resolve, 200));
         // Past JetStream's window: both stored again, both replayed by the engine, not run.
         await stream.publish('captured', { amount: 1 }, 'p1');

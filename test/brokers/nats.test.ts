@@ -13,7 +13,8 @@ import { type ConsumerBinding, EventQueue } from '../../src/host/events.js';
 import { enqueue } from '../../src/host/outbox.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker } from '../support/spawn.js';
-import { closeAdmin, freshStream, natsProxy, type TestStream, until } from './support/nats.js';
+import { until } from '../support/wait.js';
+import { closeAdmin, freshStream, natsProxy, type TestStream } from './support/nats.js';
 
 const CHILD = fileURLToPath(new URL('./support/nats-child.ts', import.meta.url));
 const EFFECTS = 'CREATE TABLE IF NOT EXISTS effects (event_id TEXT NOT NULL, note TEXT)';
@@ -105,6 +106,7 @@ for (const target of targets) {
       const before = await events.stats();
       for (const id of ['e1', 'e2', 'e3'])
         expect((await stream.publish('order.paid', { id }, id)).duplicate).toBe(false);
+      // sleep: past the stream's 100 ms duplicate window, which is what this test is about.
       await new Promise((resolve) => setTimeout(resolve, 300));
       // Past the 100 ms window: JetStream stores both again.
       for (const id of ['e1', 'e2']) expect((await stream.publish('order.paid', { id }, id)).duplicate).toBe(false);
@@ -129,6 +131,7 @@ for (const target of targets) {
       const before = await events.stats();
       expect((await stream.publish('t', { n: 1 }, 'w1')).duplicate).toBe(false);
       expect((await stream.publish('t', { n: 1 }, 'w1')).duplicate).toBe(true);
+      // sleep: past the stream's 400 ms duplicate window, so the third publish is stored.
       await new Promise((resolve) => setTimeout(resolve, 600));
       expect((await stream.publish('t', { n: 1 }, 'w1')).duplicate).toBe(false);
       expect(await stream.messages()).toBe(2);
@@ -280,7 +283,9 @@ for (const target of targets) {
         await until('reconnecting', () => states().includes('reconnecting'));
         await stream.publish('t', {}, 'r2');
         await until('connected again', () => started.status().state === 'connected');
-        await until('r2 stored', async () => (await events.get(started.source.name, 'r2')) !== null, 30_000);
+        await until('r2 stored', async () => (await events.get(started.source.name, 'r2')) !== null, undefined, {
+          timeoutMs: 30_000,
+        });
         await events.drain();
         expect((await effects()).map((e) => e.event_id)).toEqual(['r1', 'r2']);
         expect(states()).toEqual(['connecting', 'connected', 'reconnecting', 'connected']);
@@ -338,7 +343,7 @@ for (const target of targets) {
           expect((await child.exited).signal).toBe('SIGKILL');
           expect(await stream.messages()).toBe(1);
           expect(await status(id)).not.toBe('delivered');
-          // The dead relay's lease runs out (and the tiny window with it); this one publishes the row again with the same id.
+          // sleep: the dead relay's lease runs out (and the tiny window with it); this one publishes the row again with the same id.
           await new Promise((resolve) => setTimeout(resolve, 250));
           await until(
             `${id} delivered`,

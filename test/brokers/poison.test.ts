@@ -14,6 +14,7 @@ import { rabbitmqSource } from '../../src/brokers/rabbitmq.js';
 import { openDb } from '../../src/db/index.js';
 import type { Db } from '../../src/db/types.js';
 import { startHost } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 import {
   DIALECTS,
   keptLogger,
@@ -23,7 +24,6 @@ import {
   rabbitAdmin,
   redisAdmin,
   unique,
-  until,
 } from './support/brokers.js';
 import { closeAdmin, freshStream, NATS } from './support/nats.js';
 
@@ -194,11 +194,12 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
               seen = `${applied} applied, ${dead} dead-lettered, ${rejected().length} rejected lines`;
               return applied === GOOD && dead === 4;
             },
-            30_000,
+            undefined,
+            { timeoutMs: 30_000 },
           ).catch((error: Error) => {
             throw new Error(`${error.message} (last seen: ${seen})`);
           });
-          // A window to see a spin: a batch held back would be taken, fail and log again within it.
+          // sleep: a window to see a spin: a batch held back would be taken, fail and log again within it.
           await new Promise((resolve) => setTimeout(resolve, 1_500));
           expect(await effects()).toEqual(Array.from({ length: GOOD }, (_, i) => `good-${i + 1}`).sort());
           expect(await broker.deadLettered()).toBe(4);
@@ -252,6 +253,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
         await inbox.start();
         await until('the first failed batch', () => notStored() > 0);
         const window = 3_000;
+        // sleep: the count of tries over this window is what is measured.
         await new Promise((resolve) => setTimeout(resolve, window));
         // Delays of 200, 400, 800, 1600 ms: five tries in three seconds at most (a requeue at once made hundreds).
         const tries = notStored();
@@ -261,7 +263,8 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
         await until(
           'the message stored once the database is back',
           async () => (await events.stats()).accepted === 1,
-          30_000,
+          undefined,
+          { timeoutMs: 30_000 },
         );
         expect(lines.filter((l) => l.message === 'broker message rejected')).toEqual([]);
       } finally {

@@ -6,6 +6,7 @@ import type { Db } from '../../src/db/types.js';
 import type { EventQueue } from '../../src/host/events.js';
 import { enqueue, OutboxRelay } from '../../src/host/outbox.js';
 import { startWorker, type Worker } from '../support/spawn.js';
+import { until } from '../support/wait.js';
 import {
   closeRabbitConnections,
   DIALECTS,
@@ -15,7 +16,6 @@ import {
   rabbitAdmin,
   type TestDb,
   unique,
-  until,
 } from './support/brokers.js';
 
 const CHILD = fileURLToPath(new URL('./support/crash-child.ts', import.meta.url));

@@ -10,16 +10,8 @@ import type { Db } from '../../src/db/types.js';
 import type { EventQueue } from '../../src/host/events.js';
 import { enqueue, OutboxRelay } from '../../src/host/outbox.js';
 import { startWorker, type Worker } from '../support/spawn.js';
-import {
-  DIALECTS,
-  keptLogger,
-  openQueue,
-  REDIS_URL,
-  redisAdmin,
-  type TestDb,
-  unique,
-  until,
-} from './support/brokers.js';
+import { until } from '../support/wait.js';
+import { DIALECTS, keptLogger, openQueue, REDIS_URL, redisAdmin, type TestDb, unique } from './support/brokers.js';
 
 const CHILD = fileURLToPath(new URL('./support/crash-child.ts', import.meta.url));
 
@@ -141,6 +133,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       await until('its own two entries, before any idle time', async () => (await events.stats()).accepted === 2);
       expect(await pending()).toBe(3);
       await inboxes.pop()?.stop();
+      // sleep: the ghost's entries must be idle past the next source's claimIdleMs of 250 ms.
       await new Promise((resolve) => setTimeout(resolve, 300));
       await startInbox(sourceOptions({ claimIdleMs: 250 }));
       await until("the ghost's three, claimed", async () => (await events.stats()).accepted === 5);

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { openQueue, RABBITMQ_URL, rabbitAdmin, unique, until } from './support/brokers.js';
+import { until } from '../support/wait.js';
+import { openQueue, RABBITMQ_URL, rabbitAdmin, unique } from './support/brokers.js';
 
 const CLI = 'dist/cli/main.js';
 const GOOD = 10;
@@ -88,11 +89,12 @@ describe('oncely serve with a RabbitMQ source', () => {
         seen = `${applied} applied, ${dead} dead-lettered; stdout: ${stdout.slice(0, 200)}; stderr: ${stderr.slice(-500)}`;
         return applied === GOOD && dead === 4;
       },
-      30_000,
+      undefined,
+      { timeoutMs: 30_000 },
     ).catch((error: Error) => {
       throw new Error(`${error.message} (last seen: ${seen})`);
     });
-    // A spinning batch logs again within a second or so: the counts must not move over this window.
+    // sleep: a spinning batch logs again within a second or so: the counts must not move over this window.
     await new Promise((resolve) => setTimeout(resolve, 2_000));
     expect(effects()).toEqual(Array.from({ length: GOOD }, (_, i) => `good-${i + 1}`).sort());
     expect(await admin.count(`${queue}.dead`)).toBe(4);

@@ -4,8 +4,9 @@ import { openDb } from '../../src/db/index.js';
 import { EventQueue } from '../../src/host/events.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker, type Worker } from '../support/spawn.js';
+import { until } from '../support/wait.js';
 import { RABBITMQ_URL, rabbitAdmin, unique } from './support/brokers.js';
-import { closeAdmin, freshStream, until } from './support/nats.js';
+import { closeAdmin, freshStream } from './support/nats.js';
 
 const HOST = fileURLToPath(new URL('./support/storm-host.ts', import.meta.url));
 /** Ids per broker, each published 1 to 3 times. */
@@ -74,12 +75,14 @@ describe('the broker storm: 3 hosts on PostgreSQL consume one JetStream stream a
               type: 'order.paid',
             });
           await rabbit.channel.waitForConfirms();
+          // sleep: spreads the publishing over the kills, so hosts die with messages in flight.
           await new Promise((resolve) => setTimeout(resolve, 10));
         }
       })();
       let kills = 0;
       const killing = (async () => {
         for (let round = 0; round < KILLS; round++) {
+          // sleep: a host lives a random while before it is killed; the spacing of the kills is the point.
           await new Promise((resolve) => setTimeout(resolve, 1_500 + Math.random() * 1_000));
           const slot = Math.floor(Math.random() * HOSTS);
           hosts[slot]?.child.kill('SIGKILL');
@@ -102,7 +105,7 @@ describe('the broker storm: 3 hosts on PostgreSQL consume one JetStream stream a
         seen = `effects ${c?.runs} runs of ${c?.ids} ids, jetstream ${JSON.stringify(await stream.consumer('storm'))}, queue ${await rabbit.count(queue)}`;
         return Number(c?.ids) === 2 * MESSAGES;
       };
-      await until('every message consumed', consumed, 60_000).catch((error) => {
+      await until('every message consumed', consumed, undefined, { timeoutMs: 60_000 }).catch((error) => {
         throw new Error(`${error.message}: ${seen}`);
       });
       await until(
@@ -111,7 +114,8 @@ describe('the broker storm: 3 hosts on PostgreSQL consume one JetStream stream a
           const c = await stream.consumer('storm');
           return c.pending === 0 && c.ackPending === 0 && (await rabbit.count(queue)) === 0;
         },
-        30_000,
+        undefined,
+        { timeoutMs: 30_000 },
       );
       const events = new EventQueue(db, { consumerFor: () => undefined });
       await events.drain(30_000);

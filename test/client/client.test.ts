@@ -14,6 +14,7 @@ import { createOncely, type Oncely } from '../../src/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
 import { faultProxy } from '../../src/testing/fault-proxy.js';
 import { serve } from '../http/express-serve.js';
+import { until } from '../support/wait.js';
 
 const FIXTURE = fileURLToPath(new URL('../host/fixture', import.meta.url));
 const json = (body: unknown): RequestInit => ({
@@ -64,7 +65,7 @@ describe('idempotentFetch against the Express example through a fault proxy', ()
       ...json({}),
       headers: { 'content-type': 'application/json', 'idempotency-key': `"${key}"` },
     });
-    await new Promise((r) => setTimeout(r, 100));
+    await until('the first request running', () => app.calls.get(`/slow "${key}"`) === 1);
     const started = Date.now();
     const answer = await idempotentFetch(`${server.base}/slow`, json({}), { key, ...quick });
     expect((await first).status).toBe(200);

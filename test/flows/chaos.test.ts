@@ -13,11 +13,11 @@ import { type Db, openDb } from '../../src/db/index.js';
 import { createFlows, type Flows } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker, type Worker } from '../support/spawn.js';
+import { selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 import { CHAOS_STEPS, chaosFlow } from './support/chaos-flow.js';
 
 const WORKER = fileURLToPath(new URL('./support/chaos-worker.ts', import.meta.url));
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 interface ChaosPlan {
   /** Worker processes running at once. */
   workers: number;
@@ -100,20 +100,28 @@ function describeChaos(
         const deadline = began + plan.timeout - 10_000;
         let kills = 0;
         const killedAt: number[] = [];
-        for (let done = await completed(); done < plan.flows; done = await completed()) {
-          if (Date.now() > deadline) throw new Error(`only ${done} of ${plan.flows} flows completed in time`);
-          await sleep(300 + Math.random() * 200);
-          if ((await completed()) < plan.flows) {
-            const i = Math.floor(Math.random() * live.length);
-            const victim = live[i] as Worker;
-            victim.child.kill('SIGKILL');
-            const { signal } = await victim.exited;
-            expect(signal).toBe('SIGKILL');
-            killedAt.push(await completed());
-            kills++;
-            live[i] = spawn();
-          }
-        }
+        // Every 300-500 ms until every flow completed: a worker killed with -9 and another started.
+        await until(
+          `all ${plan.flows} flows completed, under kills`,
+          async () => {
+            // sleep: the pace of the kills, which is the chaos.
+            await new Promise((r) => setTimeout(r, 300 + Math.random() * 200));
+            const done = await completed();
+            if (done < plan.flows) {
+              const i = Math.floor(Math.random() * live.length);
+              const victim = live[i] as Worker;
+              victim.child.kill('SIGKILL');
+              const { signal } = await victim.exited;
+              expect(signal).toBe('SIGKILL');
+              killedAt.push(await completed());
+              kills++;
+              live[i] = spawn();
+            }
+            return done;
+          },
+          (done) => done >= plan.flows,
+          { timeoutMs: deadline - Date.now(), intervalMs: 1 },
+        );
         const allDone = Date.now();
 
         // Graceful shutdown: SIGTERM lets each worker finish what it holds and exit 0.
@@ -168,14 +176,19 @@ function describeChaos(
 }
 
 const schema = freshSchema();
-describeChaos(
-  'postgres',
-  { workers: 3, flows: 500, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
-  async () => ({ target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) }),
-);
-
-describeChaos(
-  'sqlite',
-  { workers: 2, flows: 500, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
-  async () => ({ target: join(mkdtempSync(join(tmpdir(), 'oncely-chaos-')), 'flows.db'), cleanup: async () => {} }),
-);
+for (const { name, plan, open } of selectStores([
+  {
+    name: 'postgres',
+    plan: { workers: 3, flows: 500, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
+    open: async () => ({ target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) }),
+  },
+  {
+    name: 'sqlite',
+    plan: { workers: 2, flows: 500, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
+    open: async () => ({
+      target: join(mkdtempSync(join(tmpdir(), 'oncely-chaos-')), 'flows.db'),
+      cleanup: async () => {},
+    }),
+  },
+] as const))
+  describeChaos(name, plan, open);

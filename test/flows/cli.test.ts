@@ -11,9 +11,11 @@ import type { OncelyLogger } from '../../src/core/observer.js';
 import { type Db, openDb } from '../../src/db/index.js';
 import { createFlows, defineFlow, type Flows } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 import { oncely } from './support/cli.js';
 
-const DATABASES = [
+const DATABASES = selectStores([
   {
     name: 'sqlite',
     fresh: async () => ({ target: join(mkdtempSync(join(tmpdir(), 'oncely-cli-')), 'app.db'), drop: async () => {} }),
@@ -25,18 +27,7 @@ const DATABASES = [
       return { target: `${POSTGRES_URL}?schema=${schema}`, drop: () => dropSchema(schema) };
     },
   },
-];
-
-/** Polls `check` until it answers something truthy; fails naming what was awaited and what was seen last. */
-async function until<T>(what: string, check: () => Promise<T>, ms = 15_000): Promise<NonNullable<T>> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value as NonNullable<T>;
-    if (Date.now() > deadline) throw new Error(`${what}: not seen in ${ms} ms (last: ${JSON.stringify(value)})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+] as const);
 
 for (const database of DATABASES)
   describe(`flows from the CLI on ${database.name}`, () => {

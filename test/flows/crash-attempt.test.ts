@@ -14,12 +14,13 @@ import { createFlows, type Flows } from '../../src/flows/index.js';
 import { withTimeline } from '../../src/ops/admin-timeline.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker } from '../support/spawn.js';
+import { selectStores } from '../support/store-filter.js';
 import { chargeFlow } from './support/charge-flow.js';
 import { oncely } from './support/cli.js';
 
 const CRASHING = fileURLToPath(new URL('./support/crash-step-worker.ts', import.meta.url));
 
-const DATABASES = [
+const DATABASES = selectStores([
   {
     name: 'sqlite',
     fresh: async () => ({ target: join(mkdtempSync(join(tmpdir(), 'oncely-crash-')), 'app.db'), drop: async () => {} }),
@@ -31,7 +32,7 @@ const DATABASES = [
       return { target: `${POSTGRES_URL}?schema=${schema}`, drop: () => dropSchema(schema) };
     },
   },
-];
+] as const);
 
 for (const database of DATABASES)
   describe(`a step killed mid-run on ${database.name}`, () => {

@@ -7,20 +7,12 @@ import { Metrics } from '../../src/core/metrics.js';
 import { type Db, openDb } from '../../src/db/index.js';
 import { type AnyFlow, createFlows, defineFlow, type Flows, type FlowsOptions } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
+// sleep: for a step that takes time, and for windows in which something must not happen.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const uid = () => randomUUID().replaceAll('-', '').slice(0, 8);
-
-/** Polls until `check` returns a truthy value, or fails after `ms`. */
-async function until<T>(check: () => Promise<T | null | undefined | false>, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
 
 /** The error a promise rejects with; fails the test if it resolves. */
 async function failure(promise: Promise<unknown>): Promise<{ code: string; message: string }> {
@@ -94,6 +86,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       expect(await flows.result(workflowId, { timeout: '10s' })).toBe('charged ORD-1');
       // After completion, too: the same id, already, and no second run.
       expect(await flows.start(def, { line: 2, order: 'ORD-1' })).toEqual({ workflowId, already: true });
+      // sleep: a window in which a second run must not happen.
       await sleep(100);
       expect(executions).toBe(1);
       const record = await flows.get(workflowId);
@@ -145,7 +138,11 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       });
       const first = await flowsOf([def]);
       const { workflowId } = await first.start(def, { id: 'R1' });
-      await until(async () => (await first.get(workflowId))?.status === 'waiting');
+      await until(
+        'the flow waiting',
+        async () => (await first.get(workflowId))?.status,
+        (status) => status === 'waiting',
+      );
       await first.stop();
 
       // A second instance on its own connection, as after a redeploy: the flow goes on from the wait.
@@ -211,7 +208,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       });
       first = await flowsOf([def], { lease: '300ms', concurrency: 1 });
       const { workflowId } = await first.start(def, { id: 'T1' });
-      await until(async () => calls.length === 1);
+      await until('the first send', () => calls.length === 1);
       // The first worker stalls long enough for its lease to run out and another worker to claim the
       // flow. The fence moves on as well, as that claim moves it: otherwise the stalled worker's next
       // renewal (every 100 ms) could extend the lease before the second worker polls, on a busy machine.
@@ -223,6 +220,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       expect(await second.result(workflowId, { timeout: '10s' })).toBe('sent by 2');
       // The stalled worker learns at its next renewal (a third of its lease) that the flow is no longer
       // its own. Its execution then finishes late: its result loses to the stored one and its run stops.
+      // sleep: the stalled worker's next renewal (every 100 ms) comes before it is released.
       await sleep(250);
       release();
       await first.stop();
@@ -334,6 +332,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       expect((await flows.list({ status: 'failed', limit: 10_000 })).map((f) => f.workflowId)).toContain(workflowId);
       expect(executions).toEqual({ reserve: 1, pay: 2, ship: 0 });
       // Still failed after a while: a dead flow is kept, not retried by the worker.
+      // sleep: a window in which the worker must not retry the dead flow.
       await sleep(150);
       expect((await flows.get(workflowId))?.status).toBe('failed');
 
@@ -359,7 +358,11 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       });
       const flows = await flowsOf([def]);
       const { workflowId } = await flows.start(def, { id: 'A1' });
-      await until(async () => (await flows.get(workflowId))?.status === 'waiting');
+      await until(
+        'the flow waiting',
+        async () => (await flows.get(workflowId))?.status,
+        (status) => status === 'waiting',
+      );
       const before = Date.now();
       const payload = { approver: 'ana@example.com', approved: true };
       expect(await flows.signal(workflowId, 'approval', payload, { signalId: 'appr-1' })).toBe(true);
@@ -395,8 +398,11 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       const { workflowId } = await flows.start(def, { id: 'E1' });
       expect(await flows.signal(workflowId, 'tick', 1, { signalId: 't1' })).toBe(true);
       await flows.startWorker();
-      await until(async () => (await flows.show(workflowId))?.steps.some((s) => s.stepId === 'wait:tick:2'));
-      await sleep(20);
+      await until(
+        'the flow waiting at its second wait',
+        () => flows.show(workflowId),
+        (shown) => shown?.status === 'waiting' && shown.steps.some((s) => s.stepId === 'wait:tick:2'),
+      );
       expect(await flows.signal(workflowId, 'tick', 2, { signalId: 't2' })).toBe(true);
       expect(await flows.result(workflowId, { timeout: '10s' })).toEqual([1, 2]);
     });
@@ -410,8 +416,13 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       });
       const flows = await flowsOf([def]);
       const { workflowId } = await flows.start(def, { id: 'S1' });
-      await until(async () => (await flows.get(workflowId))?.status === 'waiting');
+      await until(
+        'the flow waiting',
+        async () => (await flows.get(workflowId))?.status,
+        (status) => status === 'waiting',
+      );
       await flows.signal(workflowId, 'something-else', null, { signalId: 'x1' });
+      // sleep: a window in which a spinning flow would run again and again.
       await sleep(500);
       // One extra run to look is fine; a flow spinning until its real signal comes is not.
       expect(runs).toBeLessThanOrEqual(3);
@@ -433,11 +444,15 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
             other.transaction(async (tx) => {
               const result = await fn(tx);
               if (gate) {
-                const deadline = Date.now() + 1_000;
-                const waiting = async () =>
-                  (await db.all<{ status: string }>('SELECT status FROM oncely_flows WHERE workflow_id = ?', [gate]))[0]
-                    ?.status === 'waiting';
-                while (Date.now() < deadline && !(await waiting())) await sleep(10);
+                const id = gate;
+                const status = async () =>
+                  (await db.all<{ status: string }>('SELECT status FROM oncely_flows WHERE workflow_id = ?', [id]))[0]
+                    ?.status;
+                // Held at most a second: the flow may have taken the signal already, and never wait.
+                await until('the flow waiting', status, (s) => s === 'waiting', {
+                  timeoutMs: 1_000,
+                  intervalMs: 10,
+                }).catch(() => undefined);
               }
               return result;
             }),
@@ -448,6 +463,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
           await run.step('a', async () => {
             gate = run.workflowId;
             sent = sender.signal(run.workflowId, 'go', 'payload', { signalId: 'g1' });
+            // sleep: the signal's writes are done while the step is still running: the race.
             await sleep(50);
           });
           return run.waitFor('go');
@@ -468,7 +484,11 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       });
       const flows = await flowsOf([def]);
       const { workflowId } = await flows.start(def, { id: 'W1' });
-      await until(async () => (await flows.get(workflowId))?.status === 'waiting');
+      await until(
+        'the flow waiting',
+        async () => (await flows.get(workflowId))?.status,
+        (status) => status === 'waiting',
+      );
       const out = (await flows.result(workflowId, { timeout: '10s' })) as { approval: unknown; waited: number };
       expect(out.approval).toBeNull();
       expect(out.waited).toBeGreaterThanOrEqual(300);
@@ -573,6 +593,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       const spans: Record<string, [number, number]> = {};
       const timed = (id: string, ms: number) => async () => {
         const start = Date.now();
+        // sleep: the steps take this long, so their overlap can be measured.
         await sleep(ms);
         spans[id] = [start, Date.now()];
         return id;
@@ -621,6 +642,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
             run.step(
               'slow',
               async () => {
+                // sleep: the slow step ends after its sibling failed.
                 await sleep(100);
                 log.push('slow done');
                 return 'S';
@@ -633,7 +655,11 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       const flows = await flowsOf([def], { metrics });
       const { workflowId } = await flows.start(def, { id: 'PF1' });
       expect((await failure(flows.result(workflowId, { timeout: '10s' }))).code).toBe('FLOW_FAILED');
-      await sleep(200);
+      await until(
+        'the two compensations run',
+        () => log.length,
+        (n) => n >= 3,
+      );
       // The slow step's effect happened, so it is undone, before the steps that came before it.
       expect(log).toEqual(['slow done', 'undo slow', 'undo first']);
       expect(metrics.value('oncely_compensations_total', ['flow', flowName, 'succeeded'])).toBe(2);
@@ -655,8 +681,12 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
       const flows = await flowsOf([def]);
       const { workflowId } = await flows.start(def, { id: 'PW1' });
       // The reminder goes out once the nudge's timeout passes, while the approval is still awaited.
-      await until(async () => reminded === 1, 3_000);
-      await until(async () => (await flows.get(workflowId))?.status === 'waiting');
+      await until('the reminder sent', () => reminded === 1, undefined, { timeoutMs: 3_000 });
+      await until(
+        'the flow waiting',
+        async () => (await flows.get(workflowId))?.status,
+        (status) => status === 'waiting',
+      );
       await flows.signal(workflowId, 'approval', 'yes', { signalId: 'ok-1' });
       expect(await flows.result(workflowId, { timeout: '10s' })).toEqual(['yes', null]);
       expect(reminded).toBe(1);
@@ -685,6 +715,7 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
         })
         .catch((e) => e);
       expect(failed.message).toContain('handler failed');
+      // sleep: a window in which a worker would run a start that was rolled back.
       await sleep(100);
       expect(await flows.get(`${flowName}-O-2`)).toBeNull();
       expect(await db.all(`SELECT id FROM ${table} ORDER BY id`)).toEqual([{ id: 'O-1' }]);
@@ -695,13 +726,18 @@ function describeFlows(name: string, open: () => Promise<{ target: string; clean
   });
 }
 
-describeFlows('sqlite', async () => ({
-  target: join(mkdtempSync(join(tmpdir(), 'oncely-flows-')), 'flows.db'),
-  cleanup: async () => {},
-}));
-
 const schema = freshSchema();
-describeFlows('postgres', async () => ({
-  target: `${POSTGRES_URL}?schema=${schema}`,
-  cleanup: () => dropSchema(schema),
-}));
+for (const { name, open } of selectStores([
+  {
+    name: 'sqlite',
+    open: async () => ({
+      target: join(mkdtempSync(join(tmpdir(), 'oncely-flows-')), 'flows.db'),
+      cleanup: async () => {},
+    }),
+  },
+  {
+    name: 'postgres',
+    open: async () => ({ target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) }),
+  },
+] as const))
+  describeFlows(name, open);

@@ -24,19 +24,11 @@ import { type Db, openDb } from '../../src/db/index.js';
 import { createFlows, defineFlow } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker } from '../support/spawn.js';
+import { selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 import { crashFlow } from './support/observed-flow.js';
 
 const WORKER = fileURLToPath(new URL('./support/observed-worker.ts', import.meta.url));
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(check: () => Promise<boolean>, ms = 15_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
-
 class Declined extends Error {
   readonly code = 'DECLINED';
 }
@@ -156,7 +148,11 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
 
         const first = await flows.start(ok, { id: 'O1' });
         expect(await flows.start(ok, { id: 'O1' })).toEqual({ workflowId: first.workflowId, already: true });
-        await until(async () => (await flows.get(first.workflowId))?.status === 'waiting');
+        await until(
+          'the flow waiting',
+          async () => (await flows.get(first.workflowId))?.status,
+          (status) => status === 'waiting',
+        );
         await flows.signal(first.workflowId, 'go', 'GO', { signalId: 'go-1' });
         expect(await flows.result(first.workflowId, { timeout: '15s' })).toEqual(['A', 'B', 'GO', 'C']);
 
@@ -167,10 +163,12 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
         expect(await flows.retry(sagaId)).toBe(true);
         // The run counts its failure right after the commit that a reader may see first: wait for both.
         await until(
-          async () =>
-            (await flows.get(sagaId))?.runs === 2 &&
-            (await flows.get(sagaId))?.status === 'failed' &&
-            metrics.value('oncely_flows_total', [saga.name, 'failed']) === 2,
+          'the retried saga failed again, and counted',
+          async () => ({
+            flow: await flows.get(sagaId),
+            failures: metrics.value('oncely_flows_total', [saga.name, 'failed']),
+          }),
+          ({ flow, failures }) => flow?.runs === 2 && flow.status === 'failed' && failures === 2,
         );
         expect(undone).toEqual(['r3', 'r2', 'r2', 'r2', 'r1', 'r2', 'r2', 'r2']);
 
@@ -185,8 +183,10 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
         ];
         // A run counts its end right after the commit a reader may see first: wait for the counts to settle.
         await until(
-          async () => JSON.stringify(seriesOf(metrics, 'oncely_flows_total')) === JSON.stringify(runs),
-          5_000,
+          'the flow counts settled',
+          () => seriesOf(metrics, 'oncely_flows_total'),
+          (series) => JSON.stringify(series) === JSON.stringify(runs),
+          { timeoutMs: 5_000 },
         ).catch(() => undefined);
         expect(seriesOf(metrics, 'oncely_flows_total')).toEqual(runs);
         expect(seriesOf(metrics, 'oncely_flow_steps_total')).toEqual([
@@ -364,13 +364,18 @@ function describeObserved(name: string, open: () => Promise<{ target: string; cl
   });
 }
 
-describeObserved('sqlite', async () => ({
-  target: join(mkdtempSync(join(tmpdir(), 'oncely-flows-obs-')), 'flows.db'),
-  cleanup: async () => {},
-}));
-
 const schema = freshSchema();
-describeObserved('postgres', async () => ({
-  target: `${POSTGRES_URL}?schema=${schema}`,
-  cleanup: () => dropSchema(schema),
-}));
+for (const { name, open } of selectStores([
+  {
+    name: 'sqlite',
+    open: async () => ({
+      target: join(mkdtempSync(join(tmpdir(), 'oncely-flows-obs-')), 'flows.db'),
+      cleanup: async () => {},
+    }),
+  },
+  {
+    name: 'postgres',
+    open: async () => ({ target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) }),
+  },
+] as const))
+  describeObserved(name, open);

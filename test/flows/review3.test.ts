@@ -13,20 +13,11 @@ import { type Db, openDb } from '../../src/db/index.js';
 import { type AnyFlow, createFlows, defineFlow, type Flows, type FlowsOptions } from '../../src/flows/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { startWorker, type Worker } from '../support/spawn.js';
+import { selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
 const SENDER = fileURLToPath(new URL('./support/signal-sender.ts', import.meta.url));
 const uid = () => randomUUID().replaceAll('-', '').slice(0, 8);
-
-/** Polls `check` until it answers something truthy; fails after `ms` naming what was awaited and what was seen last. */
-async function until<T>(what: string, check: () => Promise<T>, ms = 15_000): Promise<NonNullable<T>> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value as NonNullable<T>;
-    if (Date.now() > deadline) throw new Error(`${what}: not seen in ${ms} ms (last: ${JSON.stringify(value)})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** The results a step cannot store, and the code each is stored with. */
 const UNSTORABLE: readonly { kind: string; code: string; value: () => unknown; options?: Partial<FlowsOptions> }[] = [
@@ -186,13 +177,18 @@ function describeReview(name: string, open: () => Promise<{ target: string; clea
   });
 }
 
-describeReview('sqlite', async () => ({
-  target: join(mkdtempSync(join(tmpdir(), 'oncely-review3-')), 'flows.db'),
-  cleanup: async () => {},
-}));
-
 const schema = freshSchema();
-describeReview('postgres', async () => ({
-  target: `${POSTGRES_URL}?schema=${schema}`,
-  cleanup: () => dropSchema(schema),
-}));
+for (const { name, open } of selectStores([
+  {
+    name: 'sqlite',
+    open: async () => ({
+      target: join(mkdtempSync(join(tmpdir(), 'oncely-review3-')), 'flows.db'),
+      cleanup: async () => {},
+    }),
+  },
+  {
+    name: 'postgres',
+    open: async () => ({ target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) }),
+  },
+] as const))
+  describeReview(name, open);

@@ -10,7 +10,8 @@ import { isContractError, OncelyError } from '../../src/core/errors.js';
 import { defineFlow } from '../../src/flows/define.js';
 import type { HandlerModule } from '../../src/host/app.js';
 import type { HostContext, HostEvent } from '../../src/host/index.js';
-import { hostTargets, type RunningHost, sleep, startHost, type TestApp } from '../support/host-app.js';
+import { hostTargets, type RunningHost, startHost, type TestApp } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const SCHEMA = 'CREATE TABLE IF NOT EXISTS marks (id TEXT PRIMARY KEY, note TEXT NOT NULL)';
 
@@ -185,8 +186,9 @@ for (const { name, target } of targets)
       await events.intake('jobs', `val-${name}`, 'valued', {});
       await events.intake('jobs', `f-${name}`, 'flaky', {});
       const dead = async () => (await events.deadLetters()).filter((d) => d.eventId.endsWith(`-${name}`));
-      for (let i = 0; i < 600 && (await dead()).length < 3; i++) await sleep(25);
-      const letters = Object.fromEntries((await dead()).map((d) => [d.type, d]));
+      const letters = Object.fromEntries(
+        (await until('the three events dead-lettered', dead, (d) => d.length >= 3)).map((d) => [d.type, d]),
+      );
       expect(letters.versioned).toMatchObject({ attempts: 1, lastError: expect.stringContaining('INVALID_ARGUMENT') });
       expect(letters.valued).toMatchObject({ attempts: 1, lastError: expect.stringContaining('VALUE_INVALID') });
       expect(letters.flaky).toMatchObject({

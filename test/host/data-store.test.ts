@@ -10,6 +10,7 @@ import { op } from '../../src/host/operators.js';
 import { type AppSchema, camelCase, readSchema, snakeCase } from '../../src/host/schema.js';
 import type { DataStore, Result } from '../../src/host/types.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { type StoreName, selectStores } from '../support/store-filter.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'oncely-data-store-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -34,6 +35,7 @@ interface Backend {
   close(): Promise<void>;
 }
 
+// sleep: holds a transaction open for a while, so the concurrent ones of a race overlap it.
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function unwrap<T>(result: Result<T>): T {
@@ -163,6 +165,7 @@ function describeDataStore(name: string, open: () => Promise<Backend>) {
             const r = unwrap(
               await s.createIfAbsent('sink', { kind: 'race', idempotencyKey: 'K' }, ['kind', 'idempotencyKey']),
             );
+            // sleep: the creator holds its transaction open while the others try.
             await sleep(i === 0 ? 30 : 0);
             return r.created;
           }),
@@ -259,7 +262,7 @@ function describeDataStore(name: string, open: () => Promise<Backend>) {
         Array.from({ length: 6 }, () =>
           inTx(async (s) => {
             const r = unwrap(await s.update('orders', { id: 'O-RACE', status: 'paid' }, { status: 'shipped' }));
-            await sleep(20); // hold the row so the others queue behind this transaction
+            await sleep(20); // sleep: hold the row so the others queue behind this transaction
             return r.affected;
           }),
         ),
@@ -375,6 +378,7 @@ function describeDataStore(name: string, open: () => Promise<Backend>) {
             const r = unwrap(
               await s.applyVersion('orders', { id: 'O-CV' }, version, { customerId: 'C', status: `v${version}` }),
             );
+            // sleep: each holds its transaction open a little, so the versions overlap.
             await sleep(5);
             return r.applied;
           }),
@@ -601,25 +605,35 @@ function describeDataStore(name: string, open: () => Promise<Backend>) {
   });
 }
 
-describeDataStore('SQLite', async () => {
-  const db = openSqlite(join(dir, 'app.db'));
-  await db.exec(ddl(''));
-  return { db, app: await readSchema(db), close: () => db.close() };
-});
-
-describeDataStore('PostgreSQL', async () => {
-  const schema = freshSchema();
-  const db = await openPostgres(POSTGRES_URL);
-  await db.exec(`CREATE SCHEMA "${schema}"; ${ddl(`"${schema}".`)}`);
-  return {
-    db,
-    app: await readSchema(db, { schema }),
-    close: async () => {
-      await db.close();
-      await dropSchema(schema);
+for (const { title, open } of selectStores<{ name: StoreName; title: string; open: () => Promise<Backend> }>([
+  {
+    name: 'sqlite',
+    title: 'SQLite',
+    open: async () => {
+      const db = openSqlite(join(dir, 'app.db'));
+      await db.exec(ddl(''));
+      return { db, app: await readSchema(db), close: () => db.close() };
     },
-  };
-});
+  },
+  {
+    name: 'postgres',
+    title: 'PostgreSQL',
+    open: async () => {
+      const schema = freshSchema();
+      const db = await openPostgres(POSTGRES_URL);
+      await db.exec(`CREATE SCHEMA "${schema}"; ${ddl(`"${schema}".`)}`);
+      return {
+        db,
+        app: await readSchema(db, { schema }),
+        close: async () => {
+          await db.close();
+          await dropSchema(schema);
+        },
+      };
+    },
+  },
+]))
+  describeDataStore(title, open);
 
 describe('names', () => {
   it('maps camelCase and snake_case both ways', () => {

@@ -13,6 +13,7 @@ import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MAX_EVENT_TYPE_LENGTH } from '../../src/core/key.js';
 import { REDIS_URL } from '../support/redis.js';
+import { until } from '../support/wait.js';
 
 const CLI = 'dist/cli/main.js';
 const N = 20_000;
@@ -55,7 +56,15 @@ describe('oncely serve under 20,000 undeclared event types', () => {
     server.stdout?.on('data', (c) => {
       stdout += c;
     });
-    for (let i = 0; i < 200 && !/stop with Ctrl-C/.test(stdout); i++) await new Promise((r) => setTimeout(r, 100));
+    await until(
+      'the serve banner on stdout',
+      () => stdout,
+      (out) => /stop with Ctrl-C/.test(out),
+      {
+        timeoutMs: 20_000,
+        intervalMs: 100,
+      },
+    );
     const base = stdout.match(/on (http:\/\/localhost:\d+)/)?.[1];
     expect(base, `the serve banner (stdout: ${stdout})`).toBeDefined();
     const pid = server.pid as number;
@@ -69,12 +78,10 @@ describe('oncely serve under 20,000 undeclared event types', () => {
           batch.xadd(stream, '*', 'id', `e-${from + i}`, 'type', type(i), 'data', '{}');
         await batch.exec();
       }
-      let seen = 0;
-      for (const deadline = Date.now() + 120_000; seen < from + N; ) {
-        if (Date.now() > deadline) throw new Error(`${from + N} events accepted, awaited; last seen ${seen}`);
-        seen = await accepted();
-        if (seen < from + N) await new Promise((r) => setTimeout(r, 100));
-      }
+      await until(`${from + N} events accepted`, accepted, (seen) => seen >= from + N, {
+        timeoutMs: 120_000,
+        intervalMs: 100,
+      });
     };
     // One type for the baseline (no consumer either): what taking 20,000 events costs.
     await deliver(0, () => 'warm.up');

@@ -8,6 +8,7 @@ import { MAX_EVENT_TYPE_LENGTH } from '../../src/core/key.js';
 import { openDb } from '../../src/db/index.js';
 import { UNDECLARED_TYPE } from '../../src/host/events.js';
 import { hostTargets, startHost } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const TYPES = 20_000;
 const CHUNK = 500;
@@ -51,12 +52,17 @@ for (const { name, target, cleanup } of hostTargets())
           }));
           await db.transaction((tx) => host.host.events.intakeMany(source, batch, tx));
         }
-        let applied = 0;
-        for (const deadline = Date.now() + 20_000; applied === 0 && Date.now() < deadline; ) {
-          applied = (await host.rows('SELECT event_id FROM effects')).length;
-          if (applied === 0) await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-        expect(applied, 'the declared event applied by its consumer').toBe(1);
+        // The consumer's row, and the count of it the worker makes once its transaction committed.
+        const applied = await until(
+          'the declared event applied by its consumer, and counted',
+          async () => ({
+            rows: (await host.rows('SELECT event_id FROM effects')).length,
+            counted: host.host.metrics.value('oncely_events_total', [source, 'order.paid', 'applied']),
+          }),
+          ({ rows, counted }) => rows > 0 && counted > 0,
+          { timeoutMs: 20_000, intervalMs: 50 },
+        );
+        expect(applied, 'the declared event applied by its consumer, once').toEqual({ rows: 1, counted: 1 });
 
         // The process's series: the declared type's own, and one label for all the rest.
         const series = host.host.metrics.read('oncely_events_total').map((s) => s.labels.join('|'));

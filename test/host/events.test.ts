@@ -12,6 +12,8 @@ import type { Db, Sql } from '../../src/db/types.js';
 import { backoffDelay, type ConsumerBinding, EventQueue, type EventQueueOptions } from '../../src/host/events.js';
 import type { HostEvent } from '../../src/host/types.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { SELECTED_STORES, selectStores } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
 /** One database per test: a SQLite file, or a PostgreSQL schema chosen by search_path. */
 interface Target {
@@ -260,6 +262,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
       const queue = await queueOn(db, {
         'shop/order.paid': consume(async (event, tx) => {
           release();
+          // sleep: the event stays in flight a while, for stop() to wait for.
           await new Promise((r) => setTimeout(r, 200));
           await effect(tx, event);
         }),
@@ -270,6 +273,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
       await queue.stop();
       expect((await queue.get('shop', 'evt-1'))?.status).toBe('applied');
       await queue.intake('shop', 'evt-2', 'order.paid', {});
+      // sleep: a window in which a stopped queue must not take the event.
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.get('shop', 'evt-2'))?.status).toBe('pending');
     });
@@ -327,6 +331,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
         const ran: string[] = [];
         const slow = consume(async (event, tx) => {
           ran.push('a');
+          // sleep: the transaction stays open past the 200 ms lease, which is what this test is about.
           await new Promise((r) => setTimeout(r, 800));
           await effect(tx, event, null, 'a');
         });
@@ -338,6 +343,8 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
         const qb = await queueOn(b, { 'shop/order.paid': fast }, { leaseMs: 200 });
         await qa.intake('shop', 'evt-1', 'order.paid', {});
         const first = qa.drain();
+        await until('worker a running the event', () => ran.includes('a'));
+        // sleep: past the 200 ms lease, with a's transaction still open.
         await new Promise((r) => setTimeout(r, 400));
         await qb.drain();
         await first;
@@ -353,6 +360,7 @@ function describeQueue(dialect: 'sqlite' | 'postgres', makeTarget: () => Promise
           consume(async (event, tx) => {
             applied[name]++;
             await effect(tx, event, null, name);
+            // sleep: a little time per event, so the two queues interleave.
             await new Promise((r) => setTimeout(r, 2));
           });
         const qa = await queueOn(a, { 'shop/order.paid': binding('a') }, { batchSize: 8 });
@@ -444,26 +452,30 @@ describe('backoffDelay', () => {
   });
 });
 
-describe('migrate', () => {
-  const schemas: Target[] = [];
-  afterAll(async () => {
-    for (const t of schemas) await t.dispose();
+if (SELECTED_STORES.has('postgres'))
+  describe('migrate', () => {
+    const schemas: Target[] = [];
+    afterAll(async () => {
+      for (const t of schemas) await t.dispose();
+    });
+
+    it('runs concurrently from several connections on PostgreSQL, and again later', async () => {
+      const target = await postgresTarget();
+      schemas.push(target);
+      const dbs = await Promise.all([1, 2, 3, 4].map(() => openDb(target.url)));
+      try {
+        const queues = dbs.map((db) => new EventQueue(db, { consumerFor: () => undefined }));
+        await Promise.all(queues.map((q) => q.migrate()));
+        await queues[0]?.migrate();
+        expect(await queues[1]?.intake('s', 'e', 't', null)).toBe('accepted');
+      } finally {
+        for (const db of dbs) await db.close();
+      }
+    });
   });
 
-  it('runs concurrently from several connections on PostgreSQL, and again later', async () => {
-    const target = await postgresTarget();
-    schemas.push(target);
-    const dbs = await Promise.all([1, 2, 3, 4].map(() => openDb(target.url)));
-    try {
-      const queues = dbs.map((db) => new EventQueue(db, { consumerFor: () => undefined }));
-      await Promise.all(queues.map((q) => q.migrate()));
-      await queues[0]?.migrate();
-      expect(await queues[1]?.intake('s', 'e', 't', null)).toBe('accepted');
-    } finally {
-      for (const db of dbs) await db.close();
-    }
-  });
-});
-
-describeQueue('sqlite', sqliteTarget);
-describeQueue('postgres', postgresTarget);
+for (const { name, target } of selectStores([
+  { name: 'sqlite', target: sqliteTarget },
+  { name: 'postgres', target: postgresTarget },
+] as const))
+  describeQueue(name, target);

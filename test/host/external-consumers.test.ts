@@ -16,6 +16,7 @@ import { EventQueue } from '../../src/host/events.js';
 import { type Gateway, startGateway } from '../engine/support/downstream.js';
 import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
 import { startWorker, type Worker } from '../support/spawn.js';
+import { until } from '../support/wait.js';
 import { payApp } from './support/pay-app.js';
 
 const PAY_HOST = fileURLToPath(new URL('./support/pay-host.ts', import.meta.url));
@@ -70,18 +71,15 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
     const statusOf = async (host: RunningHost, eventId: string) =>
       (await host.rows<{ status: string }>('SELECT status FROM oncely_events WHERE event_id = ?', [eventId]))[0]
         ?.status;
-    async function until(check: () => Promise<boolean>, ms = 15_000) {
-      const end = Date.now() + ms;
-      while (!(await check())) {
-        if (Date.now() > end) throw new Error('timed out');
-        await sleep(50);
-      }
-    }
 
     it("'retry': the next worker takes the event over with the same key; one charge, one row", async () => {
       const { host, eventId, orderId } = await killedAfterCharge('retry');
       expect(gateway.posts(eventId)).toBe(1);
-      await until(async () => (await statusOf(host, eventId)) === 'applied');
+      await until(
+        'the event applied',
+        () => statusOf(host, eventId),
+        (status) => status === 'applied',
+      );
       expect(gateway.posts(eventId)).toBe(2);
       expect([...gateway.charges.values()].filter((c) => c.key === eventId)).toHaveLength(1);
       expect(await host.rows('SELECT charge_id FROM payments WHERE order_id = ?', [orderId])).toEqual([
@@ -92,7 +90,12 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
 
     it("'hold': the record turns unknown, the event waits unapplied; settled by the reconciler, it applies with no second charge", async () => {
       const { host, eventId, orderId } = await killedAfterCharge('hold');
-      await until(async () => (await host.host.once.get(ACTION, eventId))?.state === 'unknown');
+      await until(
+        "the consumer's record unknown",
+        async () => (await host.host.once.get(ACTION, eventId))?.state,
+        (state) => state === 'unknown',
+      );
+      // sleep: a window in which the held event must not be applied.
       await sleep(300);
       expect(await statusOf(host, eventId)).not.toBe('applied');
       expect(await host.rows('SELECT charge_id FROM payments WHERE order_id = ?', [orderId])).toEqual([]);
@@ -101,7 +104,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
         ref: `default/${encodeURIComponent(ACTION)}/${eventId}`,
         answer: 'value',
       });
-      await until(async () => (await statusOf(host, eventId)) === 'applied');
+      await until(
+        'the event applied',
+        () => statusOf(host, eventId),
+        (status) => status === 'applied',
+      );
       expect(gateway.posts(eventId)).toBe(1);
       // Replayed, not run: the consumer's own row was never written (the killed attempt's rolled back).
       expect(await host.rows('SELECT charge_id FROM payments WHERE order_id = ?', [orderId])).toEqual([]);

@@ -13,12 +13,15 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { LeaseExpiredPolicy } from '../../src/core/record.js';
 import { handlerAction } from '../../src/host/invoke.js';
 import { type Gateway, startGateway } from '../engine/support/downstream.js';
-import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
+import { hostTargets, type RunningHost, startHost } from '../support/host-app.js';
 import { startWorker, type Worker } from '../support/spawn.js';
+import { until } from '../support/wait.js';
 import { type PayOptions, payApp } from './support/pay-app.js';
 
 const PAY_HOST = fileURLToPath(new URL('./support/pay-host.ts', import.meta.url));
-const LEASE = 600;
+// Long enough that the survivor starts and asks within it on a loaded machine; the tests wait
+// out only what is left of it (leaseRunOut).
+const LEASE = 3_000;
 const ACTION = handlerAction('pay.charge');
 
 for (const { name, target: makeTarget, cleanup } of hostTargets()) {
@@ -89,6 +92,14 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
     }
 
     const recordOf = (host: RunningHost, key: string) => host.host.once.get(ACTION, key);
+    /** Resolves once the dead process's claim of `key` is past its lease, by the lease time it stored. */
+    const leaseRunOut = async (host: RunningHost, key: string) => {
+      const leaseUntil = (await recordOf(host, key))?.leaseUntil;
+      if (leaseUntil == null) throw new Error(`no lease on ${key}`);
+      await until(`the lease of ${key} run out`, () => Date.now() > leaseUntil + 50, undefined, {
+        timeoutMs: LEASE + 5_000,
+      });
+    };
     const payments = (host: RunningHost, orderId: string) =>
       host.rows<{ charge_id: string }>('SELECT charge_id FROM payments WHERE order_id = ?', [orderId]);
 
@@ -102,7 +113,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
       const early = await host.invoke('pay.charge', { orderId, amount: 42 }, { 'idempotency-key': key });
       expect(early.status).toBe(409);
       expect((early.body.error as { code: string }).code).toBe('IN_PROGRESS');
-      await sleep(LEASE + 100);
+      await leaseRunOut(host, key);
       const retried = await host.invoke('pay.charge', { orderId, amount: 42 }, { 'idempotency-key': key });
       expect(retried.status).toBe(200);
       const charged = gateway.charges.get(key);
@@ -121,7 +132,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
     it("'hold': killed after the charge, before the commit: the record turns unknown, callers get 409 OUTCOME_UNKNOWN, the reconciler settles it", async () => {
       const { orderId, key } = await killedAt('after-charge', 'hold');
       const host = await survivor('hold');
-      await sleep(LEASE + 100);
+      await leaseRunOut(host, key);
       for (let i = 0; i < 2; i++) {
         const refused = await host.invoke('pay.charge', { orderId, amount: 42 }, { 'idempotency-key': key });
         expect(refused.status).toBe(409);
@@ -144,7 +155,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
       const host = await survivor('retry');
       expect(gateway.posts(key)).toBe(0);
       expect((await recordOf(host, key))?.state).toBe('in_progress');
-      await sleep(LEASE + 100);
+      await leaseRunOut(host, key);
       const answer = await host.invoke('pay.charge', { orderId, amount: 42 }, { 'idempotency-key': key });
       expect(answer.body).toMatchObject({ code: 0 });
       expect(answer.status).toBe(200);

@@ -11,6 +11,7 @@ import { claimDeclarations } from '../../src/host/app.js';
 import type { HostContext } from '../../src/host/context.js';
 import { handlerAction } from '../../src/host/invoke.js';
 import { hostTargets, type RunningHost, startHost } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const SCHEMA = 'CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT NOT NULL);';
 
@@ -82,7 +83,7 @@ for (const { name, target, cleanup } of hostTargets()) {
           open = resolve;
         });
         const pending = call('notes.fine', id);
-        while (runs.get(id) === undefined) await new Promise((r) => setTimeout(r, 10));
+        await until('the handler running', () => runs.get(id) !== undefined);
         // Another holder's takeover, committed: the fence moves on.
         const bumped = await host.rows<{ fence: number }>(
           'UPDATE oncely_records SET fence = fence + 1 WHERE key = ? RETURNING fence',

@@ -8,11 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Host } from '../../src/host/index.js';
 import { openHost, signStandardWebhook } from '../../src/host/index.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { until } from '../support/wait.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixture', import.meta.url));
 const SECRET = 'whsec_dGVzdC1maXh0dXJlLXNlY3JldC1rZXk=';
 const run = promisify(execFile);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const schema = freshSchema();
 afterAll(() => dropSchema(schema));
@@ -111,13 +111,12 @@ for (const [name, makeTarget] of targets)
       const { body } = await invoke('notes.create', { body: 'relay me' }, '"note-3"');
       await invoke('notes.create', { body: 'relay me' }, '"note-3"');
       const noteId = (body.data as { id: string }).id;
-      for (
-        let i = 0;
-        i < 100 && (await count('SELECT COUNT(*) AS n FROM notified WHERE note_id = ?', [noteId])) === 0;
-        i++
-      )
-        await sleep(50);
-      expect(await count('SELECT COUNT(*) AS n FROM notified WHERE note_id = ?', [noteId])).toBe(1);
+      const notified = await until(
+        'the outbox row delivered to its consumer',
+        () => count('SELECT COUNT(*) AS n FROM notified WHERE note_id = ?', [noteId]),
+        (n) => n > 0,
+      );
+      expect(notified).toBe(1);
       expect(await count('SELECT COUNT(*) AS n FROM oncely_outbox WHERE payload LIKE ?', [`%${noteId}%`])).toBe(1);
       const eventIds = await count(
         'SELECT COUNT(*) AS n FROM notified JOIN oncely_outbox ON oncely_outbox.id = notified.event_id WHERE notified.note_id = ?',
@@ -168,8 +167,13 @@ for (const [name, makeTarget] of targets)
         });
       expect((await push()).status).toBe(200);
       expect((await push()).status).toBe(200);
-      for (let i = 0; i < 100 && (await count(`SELECT COUNT(*) AS n FROM pushes`)) === 0; i++) await sleep(50);
-      await sleep(100);
+      await until(
+        'the push consumed',
+        () => count(`SELECT COUNT(*) AS n FROM pushes`),
+        (n) => n > 0,
+      );
+      // sleep: a window in which the duplicate delivery must not be consumed as well.
+      await new Promise((r) => setTimeout(r, 100));
       expect(await count(`SELECT COUNT(*) AS n FROM pushes WHERE event_id = 'gh-delivery-1'`)).toBe(1);
     });
 
@@ -196,8 +200,7 @@ for (const [name, makeTarget] of targets)
     it('dead-letters a failing consumer and replays it with the same id from the CLI', async () => {
       await hook('evt-flaky', JSON.stringify({ type: 'note.flaky', data: {} }));
       const dead = async () => (await host.events.deadLetters()).filter((d) => d.eventId === 'evt-flaky');
-      for (let i = 0; i < 100 && (await dead()).length === 0; i++) await sleep(50);
-      expect(await dead()).toMatchObject([
+      expect(await until('the failing event dead-lettered', dead, (d) => d.length > 0)).toMatchObject([
         {
           source: 'hooks',
           eventId: 'evt-flaky',
@@ -211,9 +214,9 @@ for (const [name, makeTarget] of targets)
       const replayed = await cli('events', 'dead', 'replay', 'hooks/evt-flaky', '--dir', FIXTURE, '--db', target);
       expect(replayed.stdout).toContain('replayed 1 event');
       // The replay runs the consumer again under the same event id; it fails again and is dead again.
-      for (let i = 0; i < 100 && (await dead())[0]?.attempts !== 2; i++) await sleep(50);
-      await sleep(200);
-      expect((await dead())[0]).toMatchObject({ eventId: 'evt-flaky', attempts: 2 });
+      const again = await until('the replayed event dead-lettered again', dead, (d) => d[0]?.attempts === 2);
+      expect(again[0]).toMatchObject({ eventId: 'evt-flaky', attempts: 2 });
+      // Counted in the transaction that dead-lettered it.
       expect((await host.events.stats()).dead_lettered).toBeGreaterThanOrEqual(2);
     });
   });

@@ -13,6 +13,7 @@ import { defineFlow } from '../../src/flows/define.js';
 import type { HostStats } from '../../src/host/stats.js';
 import { capture, installTracing, type LogLine } from '../engine/support/observe.js';
 import { hostTargets, type RunningHost, startHost, type TestApp } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 interface Deferred {
   promise: Promise<void>;
@@ -210,8 +211,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
       expect(await h.host.events.replay('all')).toBe(1);
       await h.host.events.drain();
       // The outbox: both messages of the executions delivered to their consumer.
-      for (let i = 0; i < 200 && h.host.metrics.value('oncely_outbox_total', ['thing.made', 'delivered']) < 2; i++)
-        await new Promise((r) => setTimeout(r, 10));
+      await until(
+        'both outbox messages delivered',
+        () => h.host.metrics.value('oncely_outbox_total', ['thing.made', 'delivered']),
+        (n) => n >= 2,
+      );
       await h.host.events.drain();
 
       // This process's metrics.
@@ -351,12 +355,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
         expect(res.status).toBe(200);
         await webhook(h.base, { id: 'e-bad', type: 'bad.thing' }, { traceparent: `00-${parent}-00f067aa0ba902b8-01` });
         await h.host.events.drain();
-        for (
-          let i = 0;
-          i < 200 && h.host.metrics.value('oncely_events_total', ['outbox', 'thing.made', 'applied']) < 1;
-          i++
-        )
-          await new Promise((r) => setTimeout(r, 10));
+        await until(
+          'the outbox message applied by its consumer',
+          () => h.host.metrics.value('oncely_events_total', ['outbox', 'thing.made', 'applied']),
+          (n) => n >= 1,
+        );
         const spans = tracing.exporter.getFinishedSpans();
         const execute = spans.find((s) => s.name === 'oncely.execute' && s.attributes['oncely.action'] === MAKE);
         expect(execute?.spanContext().traceId).toBe(parent);
@@ -440,12 +443,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
       expect((await h.invoke('things.make', { id: 'w' }, { 'idempotency-key': 'w1' })).status).toBe(200);
       expect((await h.invoke('things.make', { id: 'w' }, { 'idempotency-key': 'w1' })).status).toBe(200);
       expect((await h.invoke('things.fail', {}, { 'idempotency-key': 'f1' })).status).toBe(500);
-      for (
-        let i = 0;
-        i < 200 && h.host.metrics.value('oncely_events_total', ['outbox', 'thing.made', 'applied']) < 1;
-        i++
-      )
-        await new Promise((r) => setTimeout(r, 10));
+      await until(
+        'the outbox message applied by its consumer',
+        () => h.host.metrics.value('oncely_events_total', ['outbox', 'thing.made', 'applied']),
+        (n) => n >= 1,
+      );
       const before = await written();
       expect(before).toEqual({
         [`handler|${MAKE}|executed`]: 1,
@@ -479,8 +481,11 @@ for (const { name, target: makeTarget, cleanup } of hostTargets())
       running.push(h);
       const placed = await h.invoke('orders.place', { id: 'o1' }, { 'idempotency-key': 'p1' });
       const { workflowId } = placed.body.data as { workflowId: string };
-      for (let i = 0; i < 500 && (await h.host.flows?.get(workflowId))?.status !== 'failed'; i++)
-        await new Promise((r) => setTimeout(r, 10));
+      await until(
+        'the flow failed',
+        async () => (await h.host.flows?.get(workflowId))?.status,
+        (status) => status === 'failed',
+      );
       expect(undone).toEqual(['ch-o1']);
       const stats = await statsOf(h.base);
       expect(countersOf(stats).oncely_flows_total).toEqual({ 'order|started': 1, 'order|failed': 1 });

@@ -7,19 +7,10 @@ import { openDb } from '../../src/db/index.js';
 import { loadApp } from '../../src/host/app.js';
 import * as q from '../../src/host/event-sql.js';
 import { EventQueue, type StoredEvent } from '../../src/host/events.js';
-import { hostTargets, type RunningHost, sleep, startHost } from '../support/host-app.js';
+import { hostTargets, type RunningHost, startHost } from '../support/host-app.js';
 import { startWorker } from '../support/spawn.js';
+import { until } from '../support/wait.js';
 import { shop } from './support/prerequisites-app.js';
-
-async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)} after ${ms} ms`);
-    await sleep(25);
-  }
-}
 
 const event = (h: RunningHost, id: string) => h.host.events.get('shop', id) as Promise<StoredEvent>;
 const status = (h: RunningHost, id: string) =>
@@ -42,9 +33,9 @@ afterAll(async () => {
   for (const cleanup of cleanups) await cleanup();
 });
 
-for (const name of ['sqlite', 'postgres'] as const)
+for (const { name } of hostTargets())
   describe(`consumer prerequisites on ${name}`, () => {
-    // A database of its own per test: totals are summed over the whole database.
+    // A database of its own per test (totals are summed over the whole database): a new hostTargets() each.
     const fresh = () => {
       const target = hostTargets().find((t) => t.name === name);
       if (!target) throw new Error(name);
@@ -258,7 +249,7 @@ for (const name of ['sqlite', 'postgres'] as const)
   });
 
 describe('consumer prerequisites: the statements a wait adds read their indexes', () => {
-  for (const name of ['sqlite', 'postgres'] as const)
+  for (const { name } of hostTargets())
     it(`on ${name}`, async () => {
       const target = hostTargets().find((t) => t.name === name);
       if (!target) throw new Error(name);

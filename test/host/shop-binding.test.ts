@@ -81,6 +81,7 @@ for (const { name, target: makeTarget, cleanup } of hostTargets()) {
       // The claim outlived its process; the handler's transaction (the move with it) did not.
       expect((await host.host.once.get(handlerAction('orders.fulfil'), key))?.state).toBe('in_progress');
       expect(await flowsOf(host, orderId)).toEqual([]);
+      // sleep: the dead process's lease runs out, which is what the takeover needs.
       await sleep(LEASE + 100);
       const retried = await fulfil(host, orderId, key);
       expect(retried.status).toBe(200);

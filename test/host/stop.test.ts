@@ -22,6 +22,7 @@ it('stops while a keep-alive connection is busy: the answer after stop() closes 
     received += chunk;
   });
   socket.write('GET /v1/health HTTP/1.1\r\nHost: localhost\r\n');
+  // sleep: time for the server to read the request's first half; nothing marks headers half read.
   await new Promise((r) => setTimeout(r, 200));
   const stopped = host.stop();
   socket.write('\r\n');

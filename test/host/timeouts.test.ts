@@ -1,8 +1,9 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { HandlerModule } from '../../src/host/app.js';
 import type { HostContext, HostEvent } from '../../src/host/index.js';
 import { hostTargets, type RunningHost, sleep, startHost, type TestApp } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const SCHEMA = 'CREATE TABLE IF NOT EXISTS marks (id TEXT PRIMARY KEY, note TEXT NOT NULL)';
 
@@ -11,15 +12,25 @@ const mark = async (ctx: HostContext, id: string, note: string) => {
   if (!written.ok) throw new Error(written.error.message);
 };
 
+/** The ids a slow handler is running for, and those whose run ended (its late write tried), seen from the test. */
+const running = new Set<string>();
+const ended = new Set<string>();
+
 /** Writes a mark, waits `ms`, then writes another: past its timeout neither may survive. */
 const slow: HandlerModule = {
   timeout: '400ms',
   async handle(input, ctx) {
     const { id, ms } = input as { id: string; ms: number };
-    await mark(ctx, `${id}:before`, 'slow');
-    await sleep(ms);
-    await mark(ctx, `${id}:after`, 'slow, late');
-    return { id };
+    running.add(id);
+    try {
+      await mark(ctx, `${id}:before`, 'slow');
+      // sleep: the handler runs this long, past its timeout or not, which is what these tests are about.
+      await sleep(ms);
+      await mark(ctx, `${id}:after`, 'slow, late');
+      return { id };
+    } finally {
+      ended.add(id);
+    }
   },
 };
 
@@ -39,7 +50,9 @@ const flakyConsumer = {
   timeout: '300ms',
   async handle(event: HostEvent, ctx: HostContext) {
     await mark(ctx, `${event.id}:${event.attempt}`, 'consumer');
+    // sleep: the first attempt outlives its 300 ms timeout.
     if (event.attempt === 1) await sleep(1500);
+    ended.add(`${event.id}:${event.attempt}`);
   },
 } as const;
 
@@ -81,6 +94,11 @@ for (const { name, target } of targets)
       app = await startHost(url, APP, { poolSize: 2 });
     });
     afterAll(() => app.stop());
+    // The ids repeat on each store; a handler left running by an earlier test only ever adds its own.
+    beforeEach(() => {
+      running.clear();
+      ended.clear();
+    });
 
     const ids = async (prefix: string) =>
       (await app.rows<{ id: string }>('SELECT id FROM marks WHERE id LIKE ? ORDER BY id', [`${prefix}%`])).map(
@@ -95,7 +113,9 @@ for (const { name, target } of targets)
       expect(answer.headers.get('retry-after')).toBe('1');
       expect(ms).toBeLessThan(1500);
       // The handler goes on in the background; its write after the deadline is refused, not committed.
-      await sleep(2000);
+      await until('the timed-out handler to end, its late write tried', () => ended.has('t1'), undefined, {
+        timeoutMs: 20_000,
+      });
       expect(await ids('t1')).toEqual([]);
       // Nothing was kept, so the key is free: the retry executes.
       const retry = await app.invoke('work.slow', { id: 't1', ms: 0 }, { 'idempotency-key': 't1' });
@@ -105,7 +125,7 @@ for (const { name, target } of targets)
 
     it('defect 11.12: other requests are served while a slow handler runs', async () => {
       const stuck = app.invoke('work.long', { id: 't2', ms: 10_000 }, { 'idempotency-key': 't2' });
-      await sleep(50);
+      await until('the slow handler running', () => running.has('t2'));
       const health = await timed(() => fetch(`${app.base}/v1/health`).then((r) => r.status));
       expect(health.value).toBe(200);
       expect(health.ms).toBeLessThan(1000);
@@ -119,7 +139,7 @@ for (const { name, target } of targets)
 
     it('defect 11.12: duplicates of a running key get 409 IN_PROGRESS at once and hold no connection', async () => {
       const first = app.invoke('work.long', { id: 't3', ms: 1500 }, { 'idempotency-key': 't3' });
-      await sleep(50);
+      await until('the first call running', () => running.has('t3'));
       const { value: duplicates, ms } = await timed(() =>
         Promise.all(
           Array.from({ length: 12 }, () =>
@@ -141,8 +161,12 @@ for (const { name, target } of targets)
 
     it('defect 11.12: a consumer past its timeout rolls back and is retried with backoff', async () => {
       await app.host.events.intake('jobs', 'job-1', 'flaky', {});
-      for (let i = 0; i < 100 && (await ids('job-1')).length === 0; i++) await sleep(50);
-      await sleep(1700);
+      await until(
+        'attempt 2 applied',
+        () => ids('job-1'),
+        (marks) => marks.length > 0,
+      );
+      await until('attempt 1 run to its end, past its timeout', () => ended.has('job-1:1'));
       // Attempt 1 wrote its mark, then ran past 300 ms: rolled back. Attempt 2 applied once.
       expect(await ids('job-1')).toEqual(['job-1:2']);
       const stats = (await (await fetch(`${app.base}/v1/events/stats`)).json()) as { data: Record<string, number> };
@@ -154,7 +178,7 @@ for (const { name, target } of targets)
         const other = await startHost(url, APP, { poolSize: 2 });
         try {
           const first = app.invoke('work.long', { id: 't4', ms: 1500 }, { 'idempotency-key': 't4' });
-          await sleep(100);
+          await until('the first call running', () => running.has('t4'));
           const { value: duplicate, ms } = await timed(() =>
             other.invoke('work.long', { id: 't4', ms: 1500 }, { 'idempotency-key': 't4' }),
           );

@@ -20,11 +20,12 @@ import type { HostStats } from '../../src/host/stats.js';
 import { Totals } from '../../src/host/totals.js';
 import { hostTargets } from '../support/host-app.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { SELECTED_STORES } from '../support/store-filter.js';
+import { until } from '../support/wait.js';
 
 const run = promisify(execFile);
 // The CLI from its sources: the same command a user runs, without a build.
 const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function appDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-totals-'));
@@ -51,7 +52,12 @@ async function serve(dir: string, db: string): Promise<{ child: ChildProcess; ba
   child.stderr?.on('data', (c) => {
     stderr += c;
   });
-  for (let i = 0; i < 300 && !/stop with Ctrl-C/.test(stdout); i++) await sleep(100);
+  await until(
+    'the serve banner',
+    () => ({ stdout, stderr }),
+    (out) => /stop with Ctrl-C/.test(out.stdout),
+    { timeoutMs: 30_000, intervalMs: 100 },
+  );
   const base = stdout.match(/on (http:\/\/localhost:\d+)/)?.[1];
   if (!base) throw new Error(`oncely serve did not start: ${stdout} ${stderr}`);
   return { child, base };
@@ -77,68 +83,69 @@ const statsOf = async (base: string): Promise<HostStats> =>
 
 const ACTION = 'POST things.make';
 
-describe('totals of two oncely serve processes on one PostgreSQL', () => {
-  const schema = freshSchema();
-  const db = `${POSTGRES_URL}?schema=${schema}`;
-  const children: ChildProcess[] = [];
-  afterAll(async () => {
-    for (const child of children) if (child.exitCode === null) await stop(child);
-    await dropSchema(schema);
-  });
-
-  it('answers the same totals from either process, after both stop, and in oncely stats', async () => {
-    const dir = appDir();
-    const a = await serve(dir, db);
-    children.push(a.child);
-    const b = await serve(dir, db);
-    children.push(b.child);
-    // k1 runs on A and replays on B; k2 runs on B, is replayed on A and reused on A.
-    expect(await invoke(a.base, 'k1', 'one')).toBe(200);
-    expect(await invoke(b.base, 'k1', 'one')).toBe(200);
-    expect(await invoke(b.base, 'k2', 'two')).toBe(200);
-    expect(await invoke(a.base, 'k2', 'two')).toBe(200);
-    expect(await invoke(a.base, 'k2', 'other')).toBe(422);
-    // Each answer flushes its own process first: after one round both processes' counts are in.
-    await statsOf(a.base);
-    await statsOf(b.base);
-    const fromA = await statsOf(a.base);
-    const fromB = await statsOf(b.base);
-    expect(fromB).toEqual(fromA);
-    expect(fromA.totals.oncely_calls_total).toEqual(
-      ['executed', 'key_reused', 'replayed'].map((outcome) => ({
-        labels: { surface: 'handler', action: ACTION, outcome },
-        value: { executed: 2, key_reused: 1, replayed: 2 }[outcome],
-      })),
-    );
-    expect(fromA.rateTotals).toMatchObject({ calls: 5, keyHits: 3, duplicates: 2, duplicatesIntercepted: 2 });
-    expect(fromA.rates.keyHit.value).toBe(3 / 5);
-    expect(fromA.rates.duplicateInterception).toEqual({ value: 1, target: 0.999 });
-
-    // A count of A's after its last answer is flushed at its stop.
-    expect(await invoke(a.base, 'k1', 'one')).toBe(200);
-    expect(await stop(a.child)).toBe(0);
-    expect(await stop(b.child)).toBe(0);
-    const c = await serve(dir, db);
-    children.push(c.child);
-    const afterRestart = await statsOf(c.base);
-    expect(afterRestart.rateTotals).toEqual({
-      ...fromA.rateTotals,
-      calls: 6,
-      keyHits: 4,
-      duplicates: 3,
-      duplicatesIntercepted: 3,
+if (SELECTED_STORES.has('postgres'))
+  describe('totals of two oncely serve processes on one PostgreSQL', () => {
+    const schema = freshSchema();
+    const db = `${POSTGRES_URL}?schema=${schema}`;
+    const children: ChildProcess[] = [];
+    afterAll(async () => {
+      for (const child of children) if (child.exitCode === null) await stop(child);
+      await dropSchema(schema);
     });
-    expect(await stop(c.child)).toBe(0);
 
-    const { stdout } = await run(process.execPath, [...CLI, 'stats', '--db', db, '--json']);
-    expect(JSON.parse(stdout)).toEqual(JSON.parse(JSON.stringify(afterRestart)));
-    const text = (await run(process.execPath, [...CLI, 'stats', '--db', db])).stdout;
-    expect(text).toContain('duplicate interception   100%      3 / 3             >= 99.90%');
-    expect(text).toContain('key hit                  66.67%    4 / 6             -');
-    expect(text).toContain('compensation success     n/a       0 / 0             >= 100%');
-    expect(text).toContain(`oncely_calls_total{surface="handler",action="${ACTION}",outcome="replayed"} 3`);
-  }, 120_000);
-});
+    it('answers the same totals from either process, after both stop, and in oncely stats', async () => {
+      const dir = appDir();
+      const a = await serve(dir, db);
+      children.push(a.child);
+      const b = await serve(dir, db);
+      children.push(b.child);
+      // k1 runs on A and replays on B; k2 runs on B, is replayed on A and reused on A.
+      expect(await invoke(a.base, 'k1', 'one')).toBe(200);
+      expect(await invoke(b.base, 'k1', 'one')).toBe(200);
+      expect(await invoke(b.base, 'k2', 'two')).toBe(200);
+      expect(await invoke(a.base, 'k2', 'two')).toBe(200);
+      expect(await invoke(a.base, 'k2', 'other')).toBe(422);
+      // Each answer flushes its own process first: after one round both processes' counts are in.
+      await statsOf(a.base);
+      await statsOf(b.base);
+      const fromA = await statsOf(a.base);
+      const fromB = await statsOf(b.base);
+      expect(fromB).toEqual(fromA);
+      expect(fromA.totals.oncely_calls_total).toEqual(
+        ['executed', 'key_reused', 'replayed'].map((outcome) => ({
+          labels: { surface: 'handler', action: ACTION, outcome },
+          value: { executed: 2, key_reused: 1, replayed: 2 }[outcome],
+        })),
+      );
+      expect(fromA.rateTotals).toMatchObject({ calls: 5, keyHits: 3, duplicates: 2, duplicatesIntercepted: 2 });
+      expect(fromA.rates.keyHit.value).toBe(3 / 5);
+      expect(fromA.rates.duplicateInterception).toEqual({ value: 1, target: 0.999 });
+
+      // A count of A's after its last answer is flushed at its stop.
+      expect(await invoke(a.base, 'k1', 'one')).toBe(200);
+      expect(await stop(a.child)).toBe(0);
+      expect(await stop(b.child)).toBe(0);
+      const c = await serve(dir, db);
+      children.push(c.child);
+      const afterRestart = await statsOf(c.base);
+      expect(afterRestart.rateTotals).toEqual({
+        ...fromA.rateTotals,
+        calls: 6,
+        keyHits: 4,
+        duplicates: 3,
+        duplicatesIntercepted: 3,
+      });
+      expect(await stop(c.child)).toBe(0);
+
+      const { stdout } = await run(process.execPath, [...CLI, 'stats', '--db', db, '--json']);
+      expect(JSON.parse(stdout)).toEqual(JSON.parse(JSON.stringify(afterRestart)));
+      const text = (await run(process.execPath, [...CLI, 'stats', '--db', db])).stdout;
+      expect(text).toContain('duplicate interception   100%      3 / 3             >= 99.90%');
+      expect(text).toContain('key hit                  66.67%    4 / 6             -');
+      expect(text).toContain('compensation success     n/a       0 / 0             >= 100%');
+      expect(text).toContain(`oncely_calls_total{surface="handler",action="${ACTION}",outcome="replayed"} 3`);
+    }, 120_000);
+  });
 
 describe('oncely stats', () => {
   it('refuses a database path that does not exist, and one without totals', async () => {
@@ -205,10 +212,14 @@ for (const { name, target, cleanup } of hostTargets())
         maxDelayMs: 1,
         totals: new Totals(db, metrics),
       });
-      for (let i = 0; i < 100 && metrics.value('oncely_outbox_total', ['sms.send', 'delivered']) === 0; i++) {
-        await relay.deliverDue();
-        await sleep(5);
-      }
+      await until(
+        'the message delivered after two failures',
+        async () => {
+          await relay.deliverDue();
+          return metrics.value('oncely_outbox_total', ['sms.send', 'delivered']);
+        },
+        (delivered) => delivered > 0,
+      );
       expect([
         metrics.value('oncely_outbox_total', ['sms.send', 'retried']),
         metrics.value('oncely_outbox_total', ['sms.send', 'delivered']),
@@ -255,39 +266,41 @@ for (const { name, target, cleanup } of hostTargets())
     });
   });
 
-describe('totals on PostgreSQL under concurrent transactions', () => {
-  it('never deadlocks transactions that count the same series in opposite orders, and compaction keeps every count', async () => {
-    const schema = freshSchema();
-    const db = await openDb(`${POSTGRES_URL}?schema=${schema}`, { poolSize: 8 });
-    try {
-      await new EventQueue(db, { consumerFor: () => undefined }).migrate();
-      const metrics = new Metrics();
-      const totals = new Totals(db, metrics);
-      const a = ['t', 'delivered'] as const;
-      const b = ['t', 'retried'] as const;
-      // Each transaction holds its first count's row while the other takes its own first: with
-      // shared counter rows, opposite orders deadlock (40P01) and one of them fails.
-      const tx = (first: readonly string[], second: readonly string[]) =>
-        totals.transaction(async (_tx, { count }) => {
-          await count('oncely_outbox_total', first);
-          await sleep(20);
-          await count('oncely_outbox_total', second);
-        });
-      const runs = Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? tx(a, b) : tx(b, a)));
-      const settled = await Promise.allSettled(runs);
-      expect(settled.filter((s) => s.status === 'rejected')).toEqual([]);
-      const rows = async () => Number((await db.all<{ n: string }>('SELECT COUNT(*) AS n FROM oncely_totals'))[0]?.n);
-      expect(await rows()).toBe(80);
-      await totals.flush();
-      // Folded into one row per series, the sums unchanged.
-      expect(await rows()).toBe(2);
-      expect((await totals.read()).oncely_outbox_total).toEqual([
-        { labels: { topic: 't', outcome: 'delivered' }, value: 40 },
-        { labels: { topic: 't', outcome: 'retried' }, value: 40 },
-      ]);
-    } finally {
-      await db.close();
-      await dropSchema(schema);
-    }
+if (SELECTED_STORES.has('postgres'))
+  describe('totals on PostgreSQL under concurrent transactions', () => {
+    it('never deadlocks transactions that count the same series in opposite orders, and compaction keeps every count', async () => {
+      const schema = freshSchema();
+      const db = await openDb(`${POSTGRES_URL}?schema=${schema}`, { poolSize: 8 });
+      try {
+        await new EventQueue(db, { consumerFor: () => undefined }).migrate();
+        const metrics = new Metrics();
+        const totals = new Totals(db, metrics);
+        const a = ['t', 'delivered'] as const;
+        const b = ['t', 'retried'] as const;
+        // Each transaction holds its first count's row while the other takes its own first: with
+        // shared counter rows, opposite orders deadlock (40P01) and one of them fails.
+        const tx = (first: readonly string[], second: readonly string[]) =>
+          totals.transaction(async (_tx, { count }) => {
+            await count('oncely_outbox_total', first);
+            // sleep: holds the first count's row while the other transaction takes its own.
+            await new Promise((r) => setTimeout(r, 20));
+            await count('oncely_outbox_total', second);
+          });
+        const runs = Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? tx(a, b) : tx(b, a)));
+        const settled = await Promise.allSettled(runs);
+        expect(settled.filter((s) => s.status === 'rejected')).toEqual([]);
+        const rows = async () => Number((await db.all<{ n: string }>('SELECT COUNT(*) AS n FROM oncely_totals'))[0]?.n);
+        expect(await rows()).toBe(80);
+        await totals.flush();
+        // Folded into one row per series, the sums unchanged.
+        expect(await rows()).toBe(2);
+        expect((await totals.read()).oncely_outbox_total).toEqual([
+          { labels: { topic: 't', outcome: 'delivered' }, value: 40 },
+          { labels: { topic: 't', outcome: 'retried' }, value: 40 },
+        ]);
+      } finally {
+        await db.close();
+        await dropSchema(schema);
+      }
+    });
   });
-});

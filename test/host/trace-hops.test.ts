@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { defineFlow } from '../../src/flows/define.js';
 import type { ConsumerModule, HandlerModule } from '../../src/host/app.js';
 import { hostTargets, type RunningHost, startHost } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 
 const SCHEMA = 'CREATE TABLE IF NOT EXISTS traced (event_id TEXT PRIMARY KEY, trace_id TEXT NOT NULL)';
 
@@ -31,17 +32,17 @@ const note: ConsumerModule = {
 const TRACEPARENT_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
 const TRACEPARENT = `00-${TRACEPARENT_ID}-00f067aa0ba902b7-01`;
 
-/** The trace id the consumer of `eventId` ran under, once it ran; polled with a deadline. */
+/** The trace id the consumer of `eventId` ran under, once it ran; a timeout shows the events table. */
 async function tracedBy(app: RunningHost, eventId: string): Promise<string> {
-  const deadline = Date.now() + 15_000;
-  let seen: { trace_id: string }[] = [];
-  while (Date.now() < deadline) {
-    seen = await app.rows<{ trace_id: string }>('SELECT trace_id FROM traced WHERE event_id = ?', [eventId]);
-    if (seen[0]) return seen[0].trace_id;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  const events = await app.rows('SELECT source, event_id, status, last_error FROM oncely_events');
-  throw new Error(`the consumer of ${eventId} did not run within 15 s; events: ${JSON.stringify(events)}`);
+  const [row] = await until(
+    `the consumer of ${eventId} to run`,
+    () => app.rows<{ trace_id: string }>('SELECT trace_id FROM traced WHERE event_id = ?', [eventId]),
+    (rows) => rows.length > 0,
+  ).catch(async (error: Error) => {
+    const events = await app.rows('SELECT source, event_id, status, last_error FROM oncely_events');
+    throw new Error(`${error.message}; events: ${JSON.stringify(events)}`);
+  });
+  return (row as { trace_id: string }).trace_id;
 }
 
 /** The trace id of the engine's record of `key` (a consumer's key is its event id). */
@@ -75,15 +76,14 @@ const shipNow: HandlerModule = {
   },
 };
 
-/** What `ship` for `orderId` ran under, once it ran; polled with a deadline. */
+/** What `ship` for `orderId` ran under, once it ran; a timeout shows the orders that did run. */
 async function shipped(orderId: string): Promise<string[]> {
-  const deadline = Date.now() + 15_000;
-  while (Date.now() < deadline) {
-    const traces = stepTraces.get(orderId);
-    if (traces) return traces;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  throw new Error(`flow ship of ${orderId} did not run within 15 s; ran: ${[...stepTraces.keys()].join(', ')}`);
+  const seen = await until(
+    `flow ship of ${orderId} to run`,
+    () => ({ traces: stepTraces.get(orderId), ran: [...stepTraces.keys()] }),
+    ({ traces }) => traces !== undefined,
+  );
+  return seen.traces as string[];
 }
 
 describe.each(hostTargets())(

@@ -14,11 +14,12 @@ import type { HostConfig } from '../../src/host/config.js';
 import { createHost, type Host } from '../../src/host/host.js';
 import { recordStoreFor } from '../../src/host/records.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
+import { selectStores } from '../support/store-filter.js';
 
 export const DAY = 86_400_000;
 
 /** A fresh database of each kind: a new SQLite file, a new PostgreSQL schema (dropped by cleanup). */
-export const DATABASES = [
+export const DATABASES = selectStores([
   {
     name: 'sqlite',
     fresh: () => ({
@@ -33,7 +34,7 @@ export const DATABASES = [
       return { target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) };
     },
   },
-] as const;
+] as const);
 
 /** An app with no handlers, for a host whose tables the tests fill by hand. */
 export function emptyApp(config: HostConfig = {}): App {

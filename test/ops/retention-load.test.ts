@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/types.js';
 import { purge, retentionSettings } from '../../src/ops/retention.js';
 import { startWorker } from '../support/spawn.js';
+import { until } from '../support/wait.js';
 import { DATABASES, DAY, migratedHost } from './retention-fixture.js';
 
 const WRITER = fileURLToPath(new URL('./retention-writer.ts', import.meta.url));
@@ -83,12 +84,13 @@ for (const database of DATABASES) {
       const report = async (): Promise<WriterReport> => {
         const seen = reports.length;
         writer.child.stdin.write('report\n');
-        while (reports.length === seen) await new Promise((r) => setTimeout(r, 10));
-        return JSON.parse(reports[seen] as string);
+        const line = await until("the writer's report", () => reports[seen]);
+        return JSON.parse(line as string);
       };
       await writer.waitFor('ready');
       await report();
       const quiet = performance.now();
+      // sleep: the writer works alone for a second, the baseline the purge is measured against.
       await new Promise((r) => setTimeout(r, 1_000));
       const baseline = await report();
       const baselineMs = performance.now() - quiet;

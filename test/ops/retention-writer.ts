@@ -26,6 +26,7 @@ const loop = (async () => {
     await work.claim(1, claimable(Date.now()));
     intakes.push(intaken - started);
     claims.push(performance.now() - intaken);
+    // sleep: a steady pace of operations, as a live writer's.
     await new Promise((resolve) => setTimeout(resolve, 2));
   }
 })();

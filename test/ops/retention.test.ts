@@ -5,6 +5,7 @@ import { createHost } from '../../src/host/host.js';
 import { recordStoreFor } from '../../src/host/records.js';
 import { purge, retentionSettings } from '../../src/ops/retention.js';
 import { startHost } from '../support/host-app.js';
+import { until } from '../support/wait.js';
 import { DATABASES, DAY, emptyApp, ids, migratedHost, plant, TABLES } from './retention-fixture.js';
 
 const sortedIds = (list: string[]) => [...list].sort();
@@ -152,12 +153,17 @@ for (const database of DATABASES) {
          VALUES ('shop', 'old-applied', 't', '{}', 'applied', 1, ?, ?, ?)`,
         [old, old, old],
       );
-      const deadline = Date.now() + 10_000;
-      while ((await running.rows("SELECT 1 FROM oncely_events WHERE event_id = 'old-applied'")).length > 0) {
-        if (Date.now() > deadline) throw new Error('the scheduled purge never removed the old event');
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      expect(running.host.metrics.value('oncely_purged_total', ['oncely_events'])).toBe(1);
+      // The row goes in the purge's DELETE; its count right after: both awaited.
+      const purged = await until(
+        'the scheduled purge to remove the old event, and count it',
+        async () => ({
+          left: (await running.rows("SELECT 1 FROM oncely_events WHERE event_id = 'old-applied'")).length,
+          counted: running.host.metrics.value('oncely_purged_total', ['oncely_events']),
+        }),
+        ({ left, counted }) => left === 0 && counted > 0,
+        { timeoutMs: 10_000, intervalMs: 50 },
+      );
+      expect(purged).toEqual({ left: 0, counted: 1 });
     });
 
     it('bounds each DELETE at `batch` rows and a pass at `maxBatches`', async () => {

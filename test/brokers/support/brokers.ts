@@ -62,15 +62,6 @@ export async function openQueue(url: string): Promise<{ db: Db; events: EventQue
 /** A name no other test run uses. */
 export const unique = (what: string) => `oncely-test-${what}-${randomUUID().slice(0, 8)}`;
 
-/** Resolves once `check` answers true; fails with `what` after `timeoutMs`. */
-export async function until(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
-
 /** A logger that keeps its lines. */
 export function keptLogger() {
   const lines: { level: 'info' | 'warn' | 'error'; message: string; fields: Record<string, unknown> }[] = [];

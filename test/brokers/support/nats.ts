@@ -107,21 +107,3 @@ export async function natsProxy(): Promise<{ servers: string; drop(): void; clos
       }),
   };
 }
-
-/** Polls `check` until it returns true (an error counts as not yet: a consumer being created); throws after `timeoutMs`. */
-export async function until(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  const attempt = async () => {
-    try {
-      return await check();
-    } catch (error) {
-      last = error;
-      return false;
-    }
-  };
-  while (!(await attempt())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${last})` : ''}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}

@@ -25,9 +25,11 @@ interface Job {
 
 const job = JSON.parse(process.argv[2] ?? '{}') as Job;
 const db = await openDb(job.target);
+// sleep: a step takes a random while, so kills land in the middle of steps.
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const flow = chaosFlow(job.tag, async (key) => {
+  // sleep: before the effect, as the step's work.
   await sleep(Math.random() * job.stepMs);
   const now = Date.now();
   await db.run('INSERT INTO flow_attempts (step_key, worker, at) VALUES (?, ?, ?)', [key, job.worker, now]);
@@ -36,6 +38,7 @@ const flow = chaosFlow(job.tag, async (key) => {
     job.worker,
     now,
   ]);
+  // sleep: after the effect, before the step's result is stored: the window a kill must not double.
   await sleep(Math.random() * job.stepMs);
 });
 

@@ -68,6 +68,7 @@ async function pay(options: PayOptions, ctx: HostContext, orderId: string, amoun
     console.log('charged');
     await hang();
   }
+  // sleep: holds the transaction open, so concurrent duplicates overlap it.
   if (options.holdMs) await new Promise((resolve) => setTimeout(resolve, options.holdMs));
   const row = await ctx.store.createIfAbsent('payments', { order_id: orderId, charge_id: made.chargeId }, ['order_id']);
   if (!row.ok) throw new Error(row.error.message);
