@@ -79,18 +79,6 @@ function sources(): string[] {
     .sort();
 }
 
-/**
- * The offenders there were when this check came (issue 31), by file and kind: how many each may keep.
- * The sweep of issue 31 item 2 empties it; a file may only go down.
- */
-const ALLOWED: Record<string, Partial<Record<Kind, number>>> = {
-  'test/agent/processes-charges.test.ts': { sleep: 2 },
-  'test/agent/processes.test.ts': { sleep: 1 },
-  'test/support/host-app.ts': { sleep: 1 },
-  'test/support/redis-cluster.ts': { deadline: 2, sleep: 3 },
-  'test/support/worker.ts': { sleep: 2 },
-};
-
 describe('suite hygiene: waiting done one way', () => {
   it('finds a polling helper, a deadline loop and a bare sleep in planted sources, and lets a sleep that says why pass', () => {
     const planted = [
@@ -131,25 +119,16 @@ describe('suite hygiene: waiting done one way', () => {
     ]);
   });
 
-  it('no test file waits by its own helper, a deadline loop or a bare sleep beyond the allow-list', () => {
+  it('no test file waits by its own helper, a deadline loop or a sleep that does not say why', () => {
     const paths = sources();
     // The walk itself is checked: an empty list would make this test pass on nothing.
     expect(paths).toContain('test/support/redis.ts');
     expect(paths.filter((path) => path.endsWith('.test.ts')).length).toBeGreaterThan(100);
-    const over: string[] = [];
-    for (const path of paths) {
-      const found = findings(readFileSync(join(ROOT, path), 'utf8'));
-      for (const kind of ['helper', 'deadline', 'sleep'] as const) {
-        const ofKind = found.filter((f) => f.kind === kind);
-        const allowed = ALLOWED[path]?.[kind] ?? 0;
-        if (ofKind.length > allowed)
-          over.push(
-            `${path}: ${ofKind.length} ${kind} (allowed ${allowed})\n${ofKind.map((f) => `  ${f.line}: ${f.text}`).join('\n')}`,
-          );
-      }
-    }
+    const offenders = paths.flatMap((path) =>
+      findings(readFileSync(join(ROOT, path), 'utf8')).map((f) => `${path}:${f.line}: ${f.kind}: ${f.text}`),
+    );
     expect(
-      over,
+      offenders,
       'wait with until() from test/support/wait.ts; a sleep whose duration is the point gets "// sleep: why"',
     ).toEqual([]);
   });

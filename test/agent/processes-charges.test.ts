@@ -31,6 +31,7 @@ function describeProcesses(name: string, backend: () => Backend, cleanup?: () =>
         const first = await agent.call('sendDigest', DIGEST);
         expect(first.deliveryState).toBe('sent');
         expect(await agent.credits.balance(tenant)).toBe(9);
+        // sleep: the record's finite TTL must run out (the test is about what happens after it expired).
         await sleep(DIGEST_TTL_MS + 300);
         // Expired: every process may claim the key again, and each finds the action charged.
         const after = await burst({ tenant, sink: sink.path, tool: 'sendDigest' });
@@ -58,6 +59,7 @@ function describeProcesses(name: string, backend: () => Backend, cleanup?: () =>
         expect(sink.deliveries().map((d) => d.attempt)).toEqual([1, 2]);
         expect(await agent.credits.balance(tenant)).toBe(9);
         expect(await reserved()).toBe(0);
+        // sleep: the record's finite TTL must run out (the test is about what happens after it expired).
         await sleep(DIGEST_TTL_MS + 300);
         const later = await agent.call('sendDigest', DIGEST);
         expect(later).toMatchObject({ deliveryState: 'already_sent', actionId: retried.actionId, data: null });

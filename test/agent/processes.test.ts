@@ -93,6 +93,7 @@ function describeProcesses(name: string, backend: () => Backend, cleanup?: () =>
     it('SIGKILL after the send, the sweep releases the dead reservation, then the retry: still one credit', async () => {
       const { sink, agent, tenant, reserved, close } = await crashAfterSend({ reservationTtl: 100 });
       try {
+        // sleep: the reservation's 100 ms TTL must pass before the sweep may release it.
         await new Promise((r) => setTimeout(r, 150));
         expect(await agent.credits.sweep()).toBeGreaterThanOrEqual(1);
         expect(await agent.credits.balance(tenant)).toBe(10);

@@ -87,4 +87,6 @@ export async function startHost(
   };
 }
 
+/** For waits whose duration is the point (a lease or TTL running out); each caller says why. */
+// sleep: the helper itself; its callers carry the comment.
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -4,9 +4,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { until } from './wait.js';
 
 const run = promisify(execFile);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A node of the cluster, as `redisStore({ cluster })` takes it. */
 export interface ClusterNode {
@@ -113,31 +113,33 @@ export async function startCluster(): Promise<LocalCluster> {
       .filter((line) => / (myself,)?master /.test(line) && !line.includes('fail'))
       .map((line) => Number(/:(\d+)@/.exec(line)?.[1]));
   };
-  const waitHealthy = async (timeoutMs = 30_000) => {
-    const until = Date.now() + timeoutMs;
-    for (;;) {
-      const states = await Promise.all(
-        live().map(async ([port]) => {
-          const info = await cli(port, 'CLUSTER', 'INFO').catch(() => '');
-          const replication = await cli(port, 'INFO', 'replication').catch(() => '');
-          // A replica counts once its link to the master is up, so writes from now on reach it.
-          return info.includes('cluster_state:ok') && !replication.includes('master_link_status:down');
-        }),
-      );
-      const ms = await masters().catch(() => []);
-      if (states.every(Boolean) && ms.length === 3) return;
-      if (Date.now() > until) throw new Error('the redis cluster did not become healthy');
-      await sleep(100);
-    }
+  const waitHealthy = async (timeoutMs = 30_000): Promise<void> => {
+    await until(
+      'every cluster node ok with its replica linked, and 3 masters',
+      async () => {
+        const states = await Promise.all(
+          live().map(async ([port]) => {
+            const info = await cli(port, 'CLUSTER', 'INFO').catch(() => '');
+            const replication = await cli(port, 'INFO', 'replication').catch(() => '');
+            // A replica counts once its link to the master is up, so writes from now on reach it.
+            return info.includes('cluster_state:ok') && !replication.includes('master_link_status:down');
+          }),
+        );
+        const ms = await masters().catch(() => []);
+        return { healthy: states.filter(Boolean).length, nodes: states.length, masters: ms.length };
+      },
+      (seen) => seen.healthy === seen.nodes && seen.masters === 3,
+      { timeoutMs, intervalMs: 100 },
+    );
   };
   try {
-    for (const port of ports) {
-      const until = Date.now() + 10_000;
-      while (!(await cli(port, 'PING').catch(() => '')).includes('PONG')) {
-        if (Date.now() > until) throw new Error(`redis-server on ${port} did not start`);
-        await sleep(50);
-      }
-    }
+    for (const port of ports)
+      await until(
+        `redis-server on ${port} to answer PING`,
+        () => cli(port, 'PING').catch((error) => String(error)),
+        (answer) => answer.includes('PONG'),
+        { timeoutMs: 10_000, intervalMs: 50 },
+      );
     await run('redis-cli', [
       '--cluster',
       'create',

@@ -89,6 +89,7 @@ if (job.mode === 'stream') {
       if (error instanceof OncelyError && error.code === 'IN_PROGRESS') counts.inProgress++;
       else counts.other.push(String(error));
     }
+    // sleep: the probe's pace: it asks about the key every 50 ms while the holder holds it.
     await new Promise((r) => setTimeout(r, 50));
   }
   console.log(JSON.stringify(counts));
@@ -107,6 +108,7 @@ if (job.mode === 'stream') {
           async (ctx) => {
             executed++;
             sendToSink(ctx.idempotencyKey, `pid ${process.pid}`);
+            // sleep: a slow effect, so the other processes' calls arrive while it holds the key.
             await new Promise((r) => setTimeout(r, 300));
             return { by: process.pid };
           },
