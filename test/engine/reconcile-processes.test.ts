@@ -8,18 +8,12 @@
  * charges exactly once.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Metrics } from '../../src/core/metrics.js';
 import { createOncely, type Oncely } from '../../src/index.js';
-import { dropDatabase, freshDatabase, MYSQL_URL } from '../support/mysql.js';
-import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
-import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
 import { startWorker } from '../support/spawn.js';
-import { type StoreName, selectStores } from '../support/store-filter.js';
+import { storeTargets } from '../support/store-targets.js';
 import { openStore, type StoreSpec } from '../support/stores.js';
 import { charge, type Gateway, reconcileCharge, startGateway } from './support/downstream.js';
 
@@ -113,38 +107,5 @@ function describeCrashes(name: string, makeSpec: () => StoreSpec, cleanup: () =>
   });
 }
 
-const sqliteDir = mkdtempSync(join(tmpdir(), 'oncely-reconcile-kill-'));
-const schema = freshSchema();
-const prefix = freshPrefix();
-const database = freshDatabase();
-const stores: { name: StoreName; title: string; spec: () => StoreSpec; cleanup: () => Promise<void> }[] = [
-  {
-    name: 'sqlite',
-    title: 'SQLite',
-    spec: () => ({ kind: 'sqlite', path: join(sqliteDir, 'records.db') }),
-    cleanup: async () => {},
-  },
-  {
-    name: 'postgres',
-    title: 'PostgreSQL',
-    spec: () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
-    cleanup: () => dropSchema(schema),
-  },
-  {
-    name: 'redis',
-    title: 'Redis',
-    spec: () => ({ kind: 'redis', url: REDIS_URL, prefix }),
-    cleanup: async () => {
-      const client = await connectRedis();
-      await dropPrefix(client, prefix);
-      await client.quit();
-    },
-  },
-  {
-    name: 'mysql',
-    title: 'MySQL',
-    spec: () => ({ kind: 'mysql', uri: MYSQL_URL, database }),
-    cleanup: () => dropDatabase(database),
-  },
-];
-for (const { title, spec, cleanup } of selectStores(stores)) describeCrashes(title, spec, cleanup);
+for (const { title, spec, cleanup } of storeTargets(['sqlite', 'postgres', 'redis', 'mysql'], 'reconcile-kill'))
+  describeCrashes(title, spec, cleanup);

@@ -6,18 +6,13 @@
  * crash leaves them; the crashes themselves are in reconcile-processes.test.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { fingerprint } from '../../src/core/fingerprint.js';
 import { Metrics } from '../../src/core/metrics.js';
 import type { StoredRecord } from '../../src/core/record.js';
 import type { Reconcile } from '../../src/engine/reconcile.js';
 import { createOncely, type Oncely, type RecordStore } from '../../src/index.js';
-import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
-import { connectRedis, dropPrefix, freshPrefix, REDIS_URL } from '../support/redis.js';
-import { type StoreName, selectStores } from '../support/store-filter.js';
+import { storeTargets } from '../support/store-targets.js';
 import { openStore, type StoreSpec } from '../support/stores.js';
 import { capture } from './support/observe.js';
 
@@ -316,31 +311,5 @@ function describeReconcile(name: string, makeSpec: () => StoreSpec, cleanup: () 
   });
 }
 
-const sqliteDir = mkdtempSync(join(tmpdir(), 'oncely-reconcile-'));
-const schema = freshSchema();
-const prefix = freshPrefix();
-const stores: { name: StoreName; title: string; spec: () => StoreSpec; cleanup: () => Promise<void> }[] = [
-  {
-    name: 'sqlite',
-    title: 'SQLite',
-    spec: () => ({ kind: 'sqlite', path: join(sqliteDir, 'records.db') }),
-    cleanup: async () => {},
-  },
-  {
-    name: 'postgres',
-    title: 'PostgreSQL',
-    spec: () => ({ kind: 'postgres', connectionString: POSTGRES_URL, schema }),
-    cleanup: () => dropSchema(schema),
-  },
-  {
-    name: 'redis',
-    title: 'Redis',
-    spec: () => ({ kind: 'redis', url: REDIS_URL, prefix }),
-    cleanup: async () => {
-      const client = await connectRedis();
-      await dropPrefix(client, prefix);
-      await client.quit();
-    },
-  },
-];
-for (const { title, spec, cleanup } of selectStores(stores)) describeReconcile(title, spec, cleanup);
+for (const { title, spec, cleanup } of storeTargets(['sqlite', 'postgres', 'redis'], 'reconcile'))
+  describeReconcile(title, spec, cleanup);
