@@ -23,4 +23,6 @@ export default {
   tenant: (headers) => headers['x-account'],
   // Short lease: a host killed mid-consumer hands its events over within seconds.
   events: { maxAttempts: 5, baseDelayMs: 100, leaseMs: 2_000 },
+  // And a flow run whose host died is taken over by another within seconds.
+  flows: { lease: '5s' },
 } satisfies HostConfig;

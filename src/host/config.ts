@@ -32,6 +32,8 @@ export interface HostConfig {
   db?: string;
   /** Event consumers: retries before a dead letter, backoff base, lease. */
   events?: { maxAttempts?: number; baseDelayMs?: number; leaseMs?: number };
+  /** The app's flows: how long a worker's claim of a flow run holds unrenewed, so a dead worker's runs are taken over after it. Default '30s'. */
+  flows?: { lease?: Duration };
   /**
    * A structured logger in pino's shape, `{ info, warn, error }(fields, message)`: failed handlers
    * and consumers, decisions worth a line (replays, key reuse, stale events, dead letters), and
@@ -83,6 +85,7 @@ const CONFIG_KEYS: Record<keyof HostConfig, true> = {
   poolSize: true,
   db: true,
   events: true,
+  flows: true,
   logger: true,
   onDecision: true,
   brokers: true,
@@ -98,6 +101,7 @@ const EVENTS_KEYS: Record<keyof NonNullable<HostConfig['events']>, true> = {
   baseDelayMs: true,
   leaseMs: true,
 };
+const FLOWS_KEYS: Record<keyof NonNullable<HostConfig['flows']>, true> = { lease: true };
 const RECONCILE_KEYS: Record<keyof Exclude<HostConfig['reconcile'], false | undefined>, true> = {
   every: true,
   olderThan: true,
@@ -117,6 +121,7 @@ export function checkConfig(config: HostConfig, where: string): void {
   refuseUnknownKeys(config, Object.keys(CONFIG_KEYS), where);
   const nested: [string, unknown, Record<string, true>][] = [
     ['events', config.events, EVENTS_KEYS],
+    ['flows', config.flows, FLOWS_KEYS],
     ['reconcile', config.reconcile, RECONCILE_KEYS],
     ['duplicateScan', config.duplicateScan, DUPLICATE_SCAN_KEYS],
     ...(Array.isArray(config.effects) ? config.effects : []).map(

@@ -14,12 +14,12 @@ import type { StoredRecord } from '../../src/core/record.js';
 import type { RecordStore } from '../../src/index.js';
 import { postgresStore } from '../../src/postgres/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
+import { CLI_MAIN } from '../support/cli.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { type StoreName, selectStores } from '../support/store-filter.js';
 
 const run = promisify(execFile);
-// The CLI from its sources: the same command a user runs, without a build.
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+const CLI = [CLI_MAIN];
 
 function appFolder(): string {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-reconcile-cli-'));

@@ -10,13 +10,13 @@ import { createOncely, fingerprint, type RecordStore, type StoredRecord } from '
 import { postgresStore } from '../../src/postgres/index.js';
 import { redisStore } from '../../src/redis/index.js';
 import { sqliteStore } from '../../src/sqlite/index.js';
+import { CLI_MAIN } from '../support/cli.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { connectRedis, dropPrefix, freshPrefix, REDIS_URL, seedOtherKeys } from '../support/redis.js';
 import { SELECTED_STORES, type StoreName, selectStores } from '../support/store-filter.js';
 
 const run = promisify(execFile);
-// The CLI from its sources: the same command a user runs, without a build.
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+const CLI = [CLI_MAIN];
 
 /** Runs `oncely ...`; a failure is its exit code and stderr, not a rejection. */
 async function oncely(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -270,7 +270,7 @@ describe('oncely records: bad input', () => {
         /^oncely: no oncely records in .*: run oncely migrate or serve on it first$/,
       ],
     ];
-    // Four at a time: each is a Node process loading the CLI from its sources.
+    // Four at a time: each is a Node process loading the CLI.
     const results: Awaited<ReturnType<typeof oncely>>[] = [];
     for (let i = 0; i < cases.length; i += 4)
       results.push(...(await Promise.all(cases.slice(i, i + 4).map(([args]) => oncely(...args)))));

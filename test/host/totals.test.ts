@@ -18,14 +18,14 @@ import { enqueue, OutboxRelay } from '../../src/host/outbox.js';
 import { outboxMigrations } from '../../src/host/outbox-sql.js';
 import type { HostStats } from '../../src/host/stats.js';
 import { Totals } from '../../src/host/totals.js';
+import { CLI_MAIN } from '../support/cli.js';
 import { hostTargets } from '../support/host-app.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { SELECTED_STORES } from '../support/store-filter.js';
 import { until } from '../support/wait.js';
 
 const run = promisify(execFile);
-// The CLI from its sources: the same command a user runs, without a build.
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+const CLI = [CLI_MAIN];
 
 function appDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-totals-'));

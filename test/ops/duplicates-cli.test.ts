@@ -11,12 +11,12 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDb } from '../../src/db/index.js';
+import { CLI_MAIN } from '../support/cli.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from '../support/postgres.js';
 import { selectStores } from '../support/store-filter.js';
 
 const run = promisify(execFile);
-// The CLI from its sources: the same command a user runs, without a build.
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+const CLI = [CLI_MAIN];
 
 function appDir(by: string[]): string {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-dup-cli-'));

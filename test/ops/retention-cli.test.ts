@@ -5,11 +5,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openDb } from '../../src/db/index.js';
+import { CLI_MAIN } from '../support/cli.js';
 import { DATABASES, ids, migratedHost, plant, TABLES } from './retention-fixture.js';
 
 const run = promisify(execFile);
-// The CLI from its sources: the same command a user runs, without a build.
-const CLI = ['--import', 'tsx', 'src/cli/main.ts'];
+const CLI = [CLI_MAIN];
 
 /** An app folder whose config keeps dead letters a day, so the CLI shows it reads the app's retentions. */
 function appFolder(): string {

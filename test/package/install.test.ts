@@ -188,34 +188,38 @@ describe('oncely installed from its tarball', () => {
       .join('\n');
     await ws.run('node', ['--input-type=module', '-e', script]);
 
-    // .mts: oncely is ESM only, and the folder's package.json (npm's default) says nothing.
-    for (const resolution of ['node16', 'bundler'] as const) {
-      // @openai/agents' own declarations fail under node16 (TS1542 in @openai/agents-openai, a type
-      // import of an ES module from CommonJS) with or without oncely: its adapter is checked under
-      // bundler resolution, where the SDK's types load.
-      const user =
-        resolution === 'node16'
-          ? USER_FILE.replace(/^import \{ toOpenAiAgentsTools \}.*\n/m, '').replace(' toOpenAiAgentsTools,', '')
-          : USER_FILE;
-      writeFileSync(join(ws.dir, 'user.mts'), user);
-      const module = resolution === 'node16' ? 'node16' : 'esnext';
-      const tsconfig = `tsconfig.${resolution}.json`;
-      writeFileSync(
-        join(ws.dir, tsconfig),
-        JSON.stringify({
-          compilerOptions: {
-            module,
-            moduleResolution: resolution,
-            target: 'es2022',
-            strict: true,
-            noEmit: true,
-            types: ['node'],
-          },
-          files: ['user.mts'],
-        }),
-      );
-      await timed(`tsc ${resolution}`, () => ws.run('npx', ['tsc', '-p', tsconfig]));
-    }
+    // .mts: oncely is ESM only, and the folder's package.json (npm's default) says nothing. The two
+    // checks read separate files, so they run side by side.
+    await Promise.all(
+      (['node16', 'bundler'] as const).map((resolution) => {
+        // @openai/agents' own declarations fail under node16 (TS1542 in @openai/agents-openai, a type
+        // import of an ES module from CommonJS) with or without oncely: its adapter is checked under
+        // bundler resolution, where the SDK's types load.
+        const user =
+          resolution === 'node16'
+            ? USER_FILE.replace(/^import \{ toOpenAiAgentsTools \}.*\n/m, '').replace(' toOpenAiAgentsTools,', '')
+            : USER_FILE;
+        const file = `user.${resolution}.mts`;
+        writeFileSync(join(ws.dir, file), user);
+        const module = resolution === 'node16' ? 'node16' : 'esnext';
+        const tsconfig = `tsconfig.${resolution}.json`;
+        writeFileSync(
+          join(ws.dir, tsconfig),
+          JSON.stringify({
+            compilerOptions: {
+              module,
+              moduleResolution: resolution,
+              target: 'es2022',
+              strict: true,
+              noEmit: true,
+              types: ['node'],
+            },
+            files: [file],
+          }),
+        );
+        return timed(`tsc ${resolution}`, () => ws.run('npx', ['tsc', '-p', tsconfig]));
+      }),
+    );
   }, 300_000);
 });
 

@@ -18,6 +18,6 @@ export async function fulfilFlow(call: { db: string; orderId: string; key: strin
   const { workflowId } = started.value as { workflowId: string };
   const host = await shopHost(call.db);
   if (!host.flows) throw new Error('the shop has no flows');
-  // The host's flows keep the default 30 s lease: a run whose process died is taken over after it.
+  // The shop's flows lease for 5 s: a run whose process died is taken over after it.
   return flowResult(host.flows, workflowId, { timeout: '60s' });
 }

@@ -32,13 +32,13 @@ describe("the shop's fulfilment flow killed at every window of its step", () => 
     );
   }, 60_000);
 
-  it("order-fulfilment/pack: the fresh host takes the flow over after its 30 s lease; one flow each, 'pack' stored once", async () => {
+  it("order-fulfilment/pack: the fresh host takes the flow over after the shop's 5 s flow lease; one flow each, 'pack' stored once", async () => {
     const report = await crashWindows({
       name: 'order-fulfilment/pack',
       child: { module: join(APP, 'test', 'fulfil-flow.ts'), export: 'fulfilFlow', env },
       // Only the flow's step dies: the handler that starts it passes its own windows.
       action: 'order-fulfilment/pack',
-      // The host's flows keep the default 30 s lease: the four windows wait it out together.
+      // The shop's flows lease for 5 s (oncely.config.ts): the four windows wait it out together.
       parallel: true,
       input: (w) => ({ db: shop(w).db, orderId: shop(w).order, key: `fulfil-${w}` }),
       effects: (w) =>

@@ -19,14 +19,14 @@ describe('the shop handler orders.fulfil killed at every crash window', () => {
     ({ db, orders } = await paidOrderPerWindow('oncely-shop-fulfil-crash-', WINDOWS));
   }, 60_000);
 
-  it('one flow per order; the retry takes the claim over after its 30 s lease, or replays at completed', async () => {
+  it('one flow per order; the retry takes the claim over after the handler’s 5 s lease, or replays at completed', async () => {
     const report = await crashWindows({
       name: 'orders.fulfil',
       child: { module: join(APP, 'test', 'client.ts'), export: 'invoke', env },
       action: 'POST orders.fulfil',
-      // orders.fulfil keeps the default 30 s lease: the four windows wait it out together.
+      // orders.fulfil leases for 5 s: the four windows wait it out together.
       parallel: true,
-      retryForMs: 45_000,
+      retryForMs: 30_000,
       input: (w) => ({ db, handler: 'orders.fulfil', key: `fulfil-${w}`, body: { orderId: orders[w] } }),
       effects: (w) => count(db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${orders[w]}%`),
     });

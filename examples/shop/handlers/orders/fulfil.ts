@@ -11,6 +11,9 @@ export const idempotency = { required: true, ttl: '24h' } as const;
  */
 export const effects = 'external' as const;
 
+/** Short, as the shop's other leases: a retry after a host died here takes the claim over within seconds. */
+export const lease = '5s';
+
 /** The input of the curl line `oncely serve` prints. */
 export const example = { orderId: 'ord_1' };
 
