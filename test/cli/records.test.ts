@@ -101,140 +101,143 @@ function unknown(tenant: string, action: string, key: string, minutes: number): 
   };
 }
 
-for (const target of TARGETS) {
-  describe(`oncely records on ${target.title}`, () => {
-    it('lists by state, tenant, action and age with cursors, shows a record, and settles records with who did', async () => {
-      const { store, args, also = args } = target.open();
-      const once = await createOncely({ store, tenant: 'acme' });
-      await once.run({ action: 'charge', key: 'ORD-1', input: { key: 'ORD-1' } }, () => ({ charged: 1 }));
-      // A key with '/' and ':' shows the id's percent-encoding.
-      const odd = unknown('acme', 'charge', 'ORD-2/pay:1', 30);
-      for (const record of [odd, unknown('acme', 'charge', 'ORD-3', 5), unknown('beta', 'refund', 'R-1', 20)])
-        expect((await store.insertOrGet(record)).inserted).toBe(true);
+// Each store's test waits on a dozen CLI processes in turn: the three stores run side by side.
+describe.concurrent('oncely records on each store', () => {
+  for (const target of TARGETS) {
+    describe(`oncely records on ${target.title}`, () => {
+      it('lists by state, tenant, action and age with cursors, shows a record, and settles records with who did', async () => {
+        const { store, args, also = args } = target.open();
+        const once = await createOncely({ store, tenant: 'acme' });
+        await once.run({ action: 'charge', key: 'ORD-1', input: { key: 'ORD-1' } }, () => ({ charged: 1 }));
+        // A key with '/' and ':' shows the id's percent-encoding.
+        const odd = unknown('acme', 'charge', 'ORD-2/pay:1', 30);
+        for (const record of [odd, unknown('acme', 'charge', 'ORD-3', 5), unknown('beta', 'refund', 'R-1', 20)])
+          expect((await store.insertOrGet(record)).inserted).toBe(true);
 
-      const json = await oncely('records', 'list', ...args, '--state', 'unknown', '--json');
-      expect(json.stderr).toBe('');
-      const page = JSON.parse(json.stdout) as { records: PublicRecord[]; cursor: string | null };
-      expect(page.cursor).toBeNull();
-      expect(page.records.map(recordRef).sort()).toEqual([
-        'acme/charge/ORD-2%2Fpay%3A1',
-        'acme/charge/ORD-3',
-        'beta/refund/R-1',
-      ]);
-      expect(page.records[0]).not.toHaveProperty('result');
+        const json = await oncely('records', 'list', ...args, '--state', 'unknown', '--json');
+        expect(json.stderr).toBe('');
+        const page = JSON.parse(json.stdout) as { records: PublicRecord[]; cursor: string | null };
+        expect(page.cursor).toBeNull();
+        expect(page.records.map(recordRef).sort()).toEqual([
+          'acme/charge/ORD-2%2Fpay%3A1',
+          'acme/charge/ORD-3',
+          'beta/refund/R-1',
+        ]);
+        expect(page.records[0]).not.toHaveProperty('result');
 
-      // Pages of one: each line a record, then the cursor of the next page.
-      const seen: string[] = [];
-      let cursor: string[] = [];
-      for (let pages = 0; pages < 5; pages++) {
-        const out = await oncely('records', 'list', ...args, '--state', 'unknown', '--limit', '1', ...cursor);
-        expect(out.code).toBe(0);
-        const lines = out.stdout.trim().split('\n');
-        if (lines[0] === 'no records') break;
-        expect(lines).toHaveLength(2);
-        seen.push(lines[0] as string);
-        const next = /^next page: --cursor (\S+)$/.exec(lines[1] as string);
-        if (!next) {
-          expect(lines[1]).toBe('end of the records');
-          break;
+        // Pages of one: each line a record, then the cursor of the next page.
+        const seen: string[] = [];
+        let cursor: string[] = [];
+        for (let pages = 0; pages < 5; pages++) {
+          const out = await oncely('records', 'list', ...args, '--state', 'unknown', '--limit', '1', ...cursor);
+          expect(out.code).toBe(0);
+          const lines = out.stdout.trim().split('\n');
+          if (lines[0] === 'no records') break;
+          expect(lines).toHaveLength(2);
+          seen.push(lines[0] as string);
+          const next = /^next page: --cursor (\S+)$/.exec(lines[1] as string);
+          if (!next) {
+            expect(lines[1]).toBe('end of the records');
+            break;
+          }
+          cursor = ['--cursor', next[1] as string];
         }
-        cursor = ['--cursor', next[1] as string];
-      }
-      expect(seen).toHaveLength(3);
-      const oddLine = seen.find((line) => line.startsWith('acme/charge/ORD-2%2Fpay%3A1  '));
-      expect(oddLine).toMatch(
-        new RegExp(
-          `^acme/charge/ORD-2%2Fpay%3A1  unknown  attempts 1  age 30m\\d*s?  updated ${new Date(odd.updatedAt).toISOString()}$`,
-        ),
-      );
+        expect(seen).toHaveLength(3);
+        const oddLine = seen.find((line) => line.startsWith('acme/charge/ORD-2%2Fpay%3A1  '));
+        expect(oddLine).toMatch(
+          new RegExp(
+            `^acme/charge/ORD-2%2Fpay%3A1  unknown  attempts 1  age 30m\\d*s?  updated ${new Date(odd.updatedAt).toISOString()}$`,
+          ),
+        );
 
-      const filtered = async (...filters: string[]) =>
-        JSON.parse((await oncely('records', 'list', ...args, '--json', ...filters)).stdout)
-          .records.map(recordRef)
-          .sort();
-      expect(await filtered('--state', 'unknown', '--older-than', '10m')).toEqual([
-        'acme/charge/ORD-2%2Fpay%3A1',
-        'beta/refund/R-1',
-      ]);
-      expect(await filtered('--tenant', 'acme', '--action', 'charge')).toEqual([
-        'acme/charge/ORD-1',
-        'acme/charge/ORD-2%2Fpay%3A1',
-        'acme/charge/ORD-3',
-      ]);
-      expect(await filtered('--state', 'succeeded')).toEqual(['acme/charge/ORD-1']);
+        const filtered = async (...filters: string[]) =>
+          JSON.parse((await oncely('records', 'list', ...args, '--json', ...filters)).stdout)
+            .records.map(recordRef)
+            .sort();
+        expect(await filtered('--state', 'unknown', '--older-than', '10m')).toEqual([
+          'acme/charge/ORD-2%2Fpay%3A1',
+          'beta/refund/R-1',
+        ]);
+        expect(await filtered('--tenant', 'acme', '--action', 'charge')).toEqual([
+          'acme/charge/ORD-1',
+          'acme/charge/ORD-2%2Fpay%3A1',
+          'acme/charge/ORD-3',
+        ]);
+        expect(await filtered('--state', 'succeeded')).toEqual(['acme/charge/ORD-1']);
 
-      const shown = await oncely('records', 'show', ...args, 'acme/charge/ORD-2%2Fpay%3A1', '--json');
-      expect(JSON.parse(shown.stdout)).toMatchObject({ key: 'ORD-2/pay:1', state: 'unknown', traceId: odd.traceId });
-      expect((await oncely('records', 'show', ...also, 'beta/refund/R-1')).stdout).toMatch(
-        /^beta\/refund\/R-1 {2}unknown {2}/,
-      );
+        const shown = await oncely('records', 'show', ...args, 'acme/charge/ORD-2%2Fpay%3A1', '--json');
+        expect(JSON.parse(shown.stdout)).toMatchObject({ key: 'ORD-2/pay:1', state: 'unknown', traceId: odd.traceId });
+        expect((await oncely('records', 'show', ...also, 'beta/refund/R-1')).stdout).toMatch(
+          /^beta\/refund\/R-1 {2}unknown {2}/,
+        );
 
-      // Settled: a value, an error and a retry, each keeping who settled it.
-      const paid = await oncely(
-        'records',
-        'resolve',
-        ...args,
-        'acme/charge/ORD-2%2Fpay%3A1',
-        '--value',
-        '{"charged":2}',
-        '--by',
-        'alice',
-        '--note',
-        'PSP ref 77',
-      );
-      expect(paid.stdout.trim()).toMatch(
-        /^acme\/charge\/ORD-2%2Fpay%3A1 {2}succeeded {2}.* {2}settled value by alice at \S+Z \(PSP ref 77\)$/,
-      );
-      expect(
-        await once.run({ action: 'charge', key: 'ORD-2/pay:1', input: { key: 'ORD-2/pay:1' } }, () => 'ran again'),
-      ).toMatchObject({ replayed: true, value: { charged: 2 } });
-      const declined = await oncely(
-        'records',
-        'resolve',
-        ...args,
-        'beta/refund/R-1',
-        '--error',
-        '{"message":"refund refused","code":"REFUSED"}',
-        '--by',
-        'bob',
-      );
-      expect(declined.code).toBe(0);
-      await expect(
-        once.run({ action: 'refund', key: 'R-1', tenant: 'beta', input: { key: 'R-1' } }, () => 1),
-      ).rejects.toMatchObject({
-        message: 'refund refused',
-        code: 'REFUSED',
-      });
-      expect((await oncely('records', 'resolve', ...args, 'acme/charge/ORD-3', '--retry', '--by', 'carol')).code).toBe(
-        0,
-      );
-      expect(await once.run({ action: 'charge', key: 'ORD-3', input: { key: 'ORD-3' } }, () => 'ran')).toMatchObject({
-        replayed: false,
-        value: 'ran',
-      });
-      const settled = JSON.parse((await oncely('records', 'list', ...args, '--json', '--tenant', 'beta')).stdout);
-      expect(settled.records[0].settlement).toEqual({ by: 'bob', at: expect.any(Number), answer: 'error' });
-      expect(
-        JSON.parse((await oncely('records', 'list', ...args, '--state', 'unknown', '--json')).stdout).records,
-      ).toEqual([]);
+        // Settled: a value, an error and a retry, each keeping who settled it.
+        const paid = await oncely(
+          'records',
+          'resolve',
+          ...args,
+          'acme/charge/ORD-2%2Fpay%3A1',
+          '--value',
+          '{"charged":2}',
+          '--by',
+          'alice',
+          '--note',
+          'PSP ref 77',
+        );
+        expect(paid.stdout.trim()).toMatch(
+          /^acme\/charge\/ORD-2%2Fpay%3A1 {2}succeeded {2}.* {2}settled value by alice at \S+Z \(PSP ref 77\)$/,
+        );
+        expect(
+          await once.run({ action: 'charge', key: 'ORD-2/pay:1', input: { key: 'ORD-2/pay:1' } }, () => 'ran again'),
+        ).toMatchObject({ replayed: true, value: { charged: 2 } });
+        const declined = await oncely(
+          'records',
+          'resolve',
+          ...args,
+          'beta/refund/R-1',
+          '--error',
+          '{"message":"refund refused","code":"REFUSED"}',
+          '--by',
+          'bob',
+        );
+        expect(declined.code).toBe(0);
+        await expect(
+          once.run({ action: 'refund', key: 'R-1', tenant: 'beta', input: { key: 'R-1' } }, () => 1),
+        ).rejects.toMatchObject({
+          message: 'refund refused',
+          code: 'REFUSED',
+        });
+        expect(
+          (await oncely('records', 'resolve', ...args, 'acme/charge/ORD-3', '--retry', '--by', 'carol')).code,
+        ).toBe(0);
+        expect(await once.run({ action: 'charge', key: 'ORD-3', input: { key: 'ORD-3' } }, () => 'ran')).toMatchObject({
+          replayed: false,
+          value: 'ran',
+        });
+        const settled = JSON.parse((await oncely('records', 'list', ...args, '--json', '--tenant', 'beta')).stdout);
+        expect(settled.records[0].settlement).toEqual({ by: 'bob', at: expect.any(Number), answer: 'error' });
+        expect(
+          JSON.parse((await oncely('records', 'list', ...args, '--state', 'unknown', '--json')).stdout).records,
+        ).toEqual([]);
 
-      // Refusals: one line, exit code 1.
-      const refused = await oncely('records', 'resolve', ...args, 'acme/charge/ORD-1', '--value', '1');
-      expect([refused.code, refused.stderr.trim()]).toEqual([
-        1,
-        'oncely: record is succeeded; only unknown or stalled records can be resolved',
-      ]);
-      const missing = await oncely('records', 'show', ...args, 'acme/charge/ORD-404');
-      expect([missing.code, missing.stderr.trim()]).toEqual([1, 'oncely: no record acme/charge/ORD-404']);
-      const badCursor = await oncely('records', 'list', ...args, '--cursor', 'not-a-cursor');
-      expect([badCursor.code, badCursor.stderr.trim()]).toEqual([
-        1,
-        'oncely: cursor must be the cursor of a previous page',
-      ]);
-      await once.close();
-    }, 120_000);
-  });
-}
+        // Refusals: one line, exit code 1.
+        const refused = await oncely('records', 'resolve', ...args, 'acme/charge/ORD-1', '--value', '1');
+        expect([refused.code, refused.stderr.trim()]).toEqual([
+          1,
+          'oncely: record is succeeded; only unknown or stalled records can be resolved',
+        ]);
+        const missing = await oncely('records', 'show', ...args, 'acme/charge/ORD-404');
+        expect([missing.code, missing.stderr.trim()]).toEqual([1, 'oncely: no record acme/charge/ORD-404']);
+        const badCursor = await oncely('records', 'list', ...args, '--cursor', 'not-a-cursor');
+        expect([badCursor.code, badCursor.stderr.trim()]).toEqual([
+          1,
+          'oncely: cursor must be the cursor of a previous page',
+        ]);
+        await once.close();
+      }, 120_000);
+    });
+  }
+});
 
 describe('oncely records: bad input', () => {
   it('refuses a missing or doubled store, a bad id, a bad limit, a resolution that is not one, and JSON that is not', async () => {
