@@ -140,7 +140,16 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   // Flows share the app's database, so a handler's flows.start commits with the handler.
   const flows =
     app.flows.length > 0
-      ? await createFlows({ db, flows: app.flows, lease: app.config.flows?.lease, logger, onDecision, metrics, clock, hooks })
+      ? await createFlows({
+          db,
+          flows: app.flows,
+          lease: app.config.flows?.lease,
+          logger,
+          onDecision,
+          metrics,
+          clock,
+          hooks,
+        })
       : undefined;
   const consumerFor = (source: string, type: string): ConsumerBinding | undefined => {
     const consumer = app.consumers.get(`${source}/${type}`);
