@@ -17,19 +17,10 @@ export {
 } from './core/errors.js';
 export { canonicalJson, fingerprint } from './core/fingerprint.js';
 export { type KeyPart, keyFrom, MAX_KEY_LENGTH, validateKey } from './core/key.js';
-export {
-  type CallOutcome,
-  METRICS,
-  Metrics,
-  processMetrics,
-  RATE_TARGETS,
-  type Rates,
-  type RateTotals,
-  rates,
-  rateTotals,
-  type Surface,
-} from './core/metrics.js';
-export { type DecisionEvent, type ObserveOptions, Observer, type OncelyLogger } from './core/observer.js';
+// The metrics plumbing (the catalogue, the cells, the rates) is oncely/prometheus's; here only what
+// the engine's options and decisions name.
+export type { Surface } from './core/metrics.js';
+export type { DecisionEvent, ObserveOptions, OncelyLogger } from './core/observer.js';
 export type { LeaseExpiredPolicy, PublicRecord, RecordId, RecordState, StoredRecord } from './core/record.js';
 export type { RunContext } from './engine/context.js';
 export {

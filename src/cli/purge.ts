@@ -67,7 +67,7 @@ async function dryRun(dir: string, target: string | undefined): Promise<PurgeRep
     // The store only tells purge that records are kept here: a dry run counts them with SQL, never through it.
     return await purge(db, settings, { dryRun: true, records: recordStoreFor(db) });
   } catch (error) {
-    if (error instanceof OncelyError) throw error;
+    if (OncelyError.is(error)) throw error;
     throw new OncelyError(
       'NOT_MIGRATED',
       `cannot count what a purge would remove without migrating ${database} first (${messageOf(error)}); oncely purge without --dry-run migrates it, then purges`,

@@ -17,7 +17,7 @@ export async function readStats(target: string): Promise<HostStats> {
   try {
     return await hostStats(new Totals(db, new Metrics()));
   } catch (error) {
-    if (error instanceof OncelyError) throw error;
+    if (OncelyError.is(error)) throw error;
     throw new OncelyError('NOT_MIGRATED', `no oncely totals in ${target}: run oncely migrate or serve on it first`, {
       cause: error,
     });

@@ -218,8 +218,15 @@ const CONTRACT_STATUSES: ReadonlySet<number> = new Set([400, 413, 422]);
  * A 409 (`IN_PROGRESS`, `CONSTRAINT_VIOLATION`) or a 5xx is not: the state it met may change.
  */
 export function isContractError(error: unknown): boolean {
-  return error instanceof OncelyError && isErrorCode(error.code) && CONTRACT_STATUSES.has(ERRORS[error.code].status);
+  return OncelyError.is(error) && isErrorCode(error.code) && CONTRACT_STATUSES.has(ERRORS[error.code].status);
 }
+
+/**
+ * The brand on every oncely error. `Symbol.for` is one symbol per process, so an error made by a
+ * second installed copy of oncely (another version deeper in node_modules) carries the same brand,
+ * where `instanceof` would only know its own copy's class.
+ */
+const BRAND = Symbol.for('oncely.error');
 
 /** Options shared by every oncely error. */
 export interface OncelyErrorOptions {
@@ -232,9 +239,18 @@ export interface OncelyErrorOptions {
 /**
  * The one error type of oncely. `code` is stable and meant for programs; `message` is for people.
  * @example
- * try { await once.run(req, fn) } catch (e) { if (e instanceof OncelyError && e.code === 'IN_PROGRESS') retryLater(e.retryAfterMs) }
+ * try { await once.run(req, fn) } catch (e) { if (OncelyError.is(e) && e.code === 'IN_PROGRESS') retryLater(e.retryAfterMs) }
  */
 export class OncelyError extends Error {
+  /**
+   * True when `error` is an oncely error (of any class here), made by this copy of oncely or by
+   * another one installed in the same process; `instanceof` knows only this copy's. Called on a
+   * subclass it still answers for any oncely error: match on `code`.
+   */
+  static is(error: unknown): error is OncelyError {
+    return typeof error === 'object' && error !== null && (error as { [BRAND]?: unknown })[BRAND] === true;
+  }
+
   /**
    * Stable code: switch on this, never on the message. One of the catalogue's, except on a
    * {@link ReplayedError}, which carries the original error's code.
@@ -254,6 +270,8 @@ export class OncelyError extends Error {
     this.record = options.record;
     this.replayed = options.replayed ?? false;
     this.retryAfterMs = options.retryAfterMs;
+    // Not enumerable: logs and inspected errors show no brand.
+    Object.defineProperty(this, BRAND, { value: true });
   }
 }
 

@@ -21,7 +21,7 @@ const LOST_MESSAGES = /Connection terminated|not queryable|timeout exceeded when
 
 /** True when `error` says the connection failed, not the statement: the work may succeed on another. */
 function connectionLost(error: unknown): boolean {
-  if (error instanceof OncelyError) return error.code === 'STORE_UNAVAILABLE';
+  if (OncelyError.is(error)) return error.code === 'STORE_UNAVAILABLE';
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: unknown }).code;
   if (typeof code === 'string' && (LOST_CODES.test(code) || LOST_SYSCALLS.has(code))) return true;
@@ -29,7 +29,7 @@ function connectionLost(error: unknown): boolean {
 }
 
 function unavailable(error: unknown): OncelyError {
-  if (error instanceof OncelyError && error.code === 'STORE_UNAVAILABLE') return error;
+  if (OncelyError.is(error) && error.code === 'STORE_UNAVAILABLE') return error;
   const why = error instanceof Error ? error.message : String(error);
   return new OncelyError('STORE_UNAVAILABLE', `PostgreSQL connection lost: ${why}`, { cause: error });
 }

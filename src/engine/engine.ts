@@ -730,8 +730,7 @@ export class Oncely {
       track.outcome = 'store_unavailable';
       // The function ran: a store failure now is not "nothing ran". Inside a caller's transaction a
       // failed statement dooms it, so there is nothing to retry there.
-      if (error instanceof OncelyError || tx !== undefined || !keeper)
-        throw completionFailure(error, record, value, failure);
+      if (OncelyError.is(error) || tx !== undefined || !keeper) throw completionFailure(error, record, value, failure);
       applied = await this.retryCompletion(record, holder, patch, options, keeper, error, value, failure, track);
       track.outcome = patch.state === 'succeeded' ? 'executed' : 'failed_stored';
     }
@@ -780,7 +779,7 @@ export class Oncely {
             stored?.fence === record.fence && stored.state === patch.state && stored.result === patch.result;
           return landed ? stored.updatedAt : null;
         } catch (error) {
-          if (error instanceof OncelyError) throw error;
+          if (OncelyError.is(error)) throw error;
           last = error;
         }
       }
@@ -840,7 +839,7 @@ export async function createOncely(options: OncelyOptions): Promise<Oncely> {
 
 /** A store's failure as the caller sees it: oncely's own errors as they are, others as STORE_UNAVAILABLE. */
 function storeFailure(error: unknown): OncelyError {
-  return error instanceof OncelyError ? error : new StoreUnavailableError(error);
+  return OncelyError.is(error) ? error : new StoreUnavailableError(error);
 }
 
 function rethrowStoreFailure(error: unknown): never {
@@ -857,7 +856,7 @@ const COMPLETABLE = ['in_progress', 'unknown'] as const;
 
 /** A failed completion as its caller sees it: the function ran, so OUTCOME_NOT_STORED with its outcome. */
 function completionFailure(error: unknown, record: StoredRecord, value: unknown, failure: unknown): OncelyError {
-  if (error instanceof OncelyError && error.code !== 'STORE_UNAVAILABLE') return error;
+  if (OncelyError.is(error) && error.code !== 'STORE_UNAVAILABLE') return error;
   return new OutcomeNotStoredError(record.key, record.action, error, { value, failure });
 }
 

@@ -180,12 +180,12 @@ async function ask(
   try {
     await deps.settle(record, settling, by);
   } catch (error) {
-    if (error instanceof OncelyError && (error.code === 'NOT_RESOLVABLE' || error.code === 'NOT_FOUND')) {
+    if (OncelyError.is(error) && (error.code === 'NOT_RESOLVABLE' || error.code === 'NOT_FOUND')) {
       report.skipped++;
       return;
     }
     // The store failing ends the pass (the next one tries again); anything else is this answer's fault.
-    if (error instanceof OncelyError && (error.code === 'STORE_UNAVAILABLE' || error.code === 'CLOSED')) throw error;
+    if (OncelyError.is(error) && (error.code === 'STORE_UNAVAILABLE' || error.code === 'CLOSED')) throw error;
     return failed(deps, record, report, error);
   }
   const kind = settling === 'retry' ? 'retry' : 'value' in settling ? 'value' : 'error';

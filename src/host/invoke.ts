@@ -338,7 +338,7 @@ export class Invoker {
     const status =
       typeof e.status === 'number' && e.status >= 400 && e.status < 600
         ? e.status
-        : error instanceof OncelyError
+        : OncelyError.is(error)
           ? statusOf(error.code)
           : 500;
     logFailure(
@@ -350,13 +350,13 @@ export class Invoker {
     );
     // Public: an OncelyError, or a 4xx the handler chose with a code. Anything else (a driver's
     // SQL error, a bug) may carry internals, so the client gets a generic line and the log the rest.
-    const isPublic = error instanceof OncelyError || (status < 500 && typeof e.code === 'string');
+    const isPublic = OncelyError.is(error) || (status < 500 && typeof e.code === 'string');
     const code = isPublic && typeof e.code === 'string' ? e.code : 'HANDLER_FAILED';
     const message =
       isPublic && typeof e.message === 'string' ? e.message : `handler ${id} failed; the server log has the error`;
     // A database lost mid-request (a terminated connection, a failover) rolled everything back:
     // 503 with Retry-After, as the gate answers a store outage, so the client retries the key.
-    if (error instanceof OncelyError && error.code === 'STORE_UNAVAILABLE') return asEnvelope(problemFor(error));
+    if (OncelyError.is(error) && error.code === 'STORE_UNAVAILABLE') return asEnvelope(problemFor(error));
     const answer = failure(status, code, message);
     if (code === 'HANDLER_TIMEOUT') answer.headers['retry-after'] = '1';
     return answer;

@@ -19,8 +19,7 @@ export async function openHost(
 ): Promise<Host> {
   const app = await loadApp(dir).catch((error: unknown) => {
     // These name the file and what to change already; their code is what a caller matches on.
-    if (error instanceof OncelyError && (error.code === 'CONFIG_KEY_UNKNOWN' || error.code === 'PACKAGE_MISSING'))
-      throw error;
+    if (OncelyError.is(error) && (error.code === 'CONFIG_KEY_UNKNOWN' || error.code === 'PACKAGE_MISSING')) throw error;
     throw new OncelyError('CONFIG_INVALID', `cannot load the app in ${dir}: ${oneLine(error)}`, { cause: error });
   });
   const database = await openDb(db ?? app.config.db ?? join(app.dir, '.oncely', 'app.db'), {
@@ -37,7 +36,7 @@ export async function openHost(
     await host.migrate();
   } catch (error) {
     await host.stop().catch(() => undefined);
-    if (error instanceof OncelyError) throw error;
+    if (OncelyError.is(error)) throw error;
     throw new OncelyError(
       'SCHEMA_INVALID',
       `migrating ${dir} failed: ${oneLine(error)} (fix ${join(dir, 'schema.sql')}; a failed schema applies nothing)`,

@@ -121,7 +121,7 @@ const ENVELOPE_BYTES = 64 * 1024;
 const storedByDefault = (status: number) => status >= 200 && status < 500 && !(status >= 300 && status < 400);
 
 /** Only the marker of an unstorable response is kept as a failure; every other failure releases the key. */
-const storesNotStored = (error: unknown) => error instanceof OncelyError && error.code === 'RESPONSE_NOT_STORED';
+const storesNotStored = (error: unknown) => OncelyError.is(error) && error.code === 'RESPONSE_NOT_STORED';
 
 /** The framework-free half of every adapter: one decision per request, the same on every framework. */
 export class IdempotencyGate<Req> {
@@ -290,7 +290,7 @@ export class IdempotencyGate<Req> {
         (error: unknown) => {
           execution?.ranInto(error);
           if (execution === undefined) {
-            if (error instanceof OncelyError) {
+            if (OncelyError.is(error)) {
               const response = identified(problemFor(error), error.record?.traceId ?? traceId, requestId);
               resolve({ kind: 'respond', response });
             } else reject(error);

@@ -46,7 +46,7 @@ function readKey(key: string): string {
   try {
     return validateKey(key);
   } catch (error) {
-    if (error instanceof OncelyError && error.code === 'KEY_REQUIRED') throw new KeyInvalidError(`${HEADER} is empty`);
+    if (OncelyError.is(error) && error.code === 'KEY_REQUIRED') throw new KeyInvalidError(`${HEADER} is empty`);
     throw error;
   }
 }

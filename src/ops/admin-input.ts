@@ -229,7 +229,7 @@ export function answer(
 
 /** An error as answered: a catalogue code with its status; anything else is the database failing. */
 export function failureOf(error: unknown): { status: number; error: { code: string; message: string } } {
-  if (error instanceof OncelyError)
+  if (OncelyError.is(error))
     return { status: statusOf(error.code), error: { code: error.code, message: error.message } };
   const message = error instanceof Error ? error.message : String(error);
   return { status: 503, error: { code: 'STORE_UNAVAILABLE', message: `the database failed: ${message}` } };

@@ -1,15 +1,19 @@
 /**
- * oncely's metrics on a prom-client registry. Counting stays in oncely's own cells (a Map lookup
- * and an addition on the hot path); prom-client reads them when it is scraped.
+ * oncely's metrics: the catalogue, the in-process cells (`Metrics`, `processMetrics`, the cells the
+ * engine's `metrics` option takes), the four rates read from them, and the cells on a prom-client
+ * registry. Counting stays in oncely's own cells (a Map lookup and an addition on the hot path);
+ * prom-client reads them when it is scraped.
  * @example
  * import { register } from 'prom-client';
  * import { registerMetrics } from 'oncely/prometheus';
  * registerMetrics(register); // then serve `await register.metrics()` on GET /metrics
  */
-import { type MetricValue, type Registry, register } from 'prom-client';
+import { createRequire } from 'node:module';
+import type { MetricValue, Registry } from 'prom-client';
 import { DURATION_BUCKETS, METRICS, type MetricName, type Metrics, processMetrics } from '../core/metrics.js';
 
 export {
+  type CallOutcome,
   METRICS,
   Metrics,
   processMetrics,
@@ -23,11 +27,18 @@ export {
 type Labels = Record<string, string | number>;
 
 /**
+ * prom-client's global registry, loaded when it is the one asked for: importing this entry for its
+ * cells or rates, or registering on a registry of one's own, loads no prom-client.
+ */
+const globalRegistry = (): Registry =>
+  (createRequire(import.meta.url)('prom-client') as typeof import('prom-client')).register;
+
+/**
  * Registers every oncely metric on `registry` (default prom-client's global one), read from
  * `metrics` (default this process's). Registering the same names twice on one registry throws, as
  * prom-client does for its own metrics.
  */
-export function registerMetrics(registry: Registry = register, metrics: Metrics = processMetrics): void {
+export function registerMetrics(registry: Registry = globalRegistry(), metrics: Metrics = processMetrics): void {
   for (const name of Object.keys(METRICS) as MetricName[]) registry.registerMetric(metricOf(name, metrics) as never);
 }
 
