@@ -29,7 +29,7 @@ describe('oncely serve on an app whose handlers and consumers fail', () => {
   const dir = app({
     'oncely.config.ts': `export default {
   sources: { hooks: { kind: 'id-field', idField: 'id', typeField: 'type', unsigned: true } },
-  events: { maxAttempts: 3, baseDelayMs: 10 },
+  events: { maxAttempts: 3, backoff: 10 },
 };\n`,
     'consumers/hooks/flaky.ts': `export function handle(event: { attempt: number }) {
   if (event.attempt === 1) throw Object.assign(new Error('the first attempt fails'), { code: 'FLAKY' });

@@ -22,7 +22,7 @@ export default {
   // Demo only: a client may send any x-account. A real app resolves the tenant from a verified credential.
   tenant: (headers) => headers['x-account'],
   // Short lease: a host killed mid-consumer hands its events over within seconds.
-  events: { maxAttempts: 5, baseDelayMs: 100, leaseMs: 2_000 },
+  events: { maxAttempts: 5, backoff: '100ms', lease: '2s' },
   // And a flow run whose host died is taken over by another within seconds.
   flows: { lease: '5s' },
 } satisfies HostConfig;

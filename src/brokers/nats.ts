@@ -7,13 +7,22 @@
 import type { AckPolicy, JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
 import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 import { backoffDelay } from '../core/backoff.js';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import { loadPeer } from '../core/peer.js';
 import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
-import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
+import {
+  ConnectionLife,
+  keepConnected,
+  Pause,
+  type ReconnectDelays,
+  type ReconnectOptions,
+  reconnectDelays,
+} from './reconnect.js';
 import { TRACE_NAME, traceIdIn } from './trace.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
 
@@ -61,7 +70,7 @@ export type NatsIdFrom = 'Nats-Msg-Id' | { header: string } | { field: string };
 /** Where a NATS source reads a message's event type: the subject (default) or a header. */
 export type NatsTypeFrom = 'subject' | { header: string };
 
-/** Options of a JetStream source; durations in milliseconds. */
+/** Options of a JetStream source; a duration is a Duration: '30s', or milliseconds. */
 export interface NatsSourceOptions extends ReconnectOptions, BodyOptions {
   /** The event source name its messages are stored under (dedupe is per source and id). */
   name: string;
@@ -75,9 +84,13 @@ export interface NatsSourceOptions extends ReconnectOptions, BodyOptions {
   subject?: string;
   /** Messages unsettled at once (pulled, not yet acked); default 64. */
   capacity?: number;
-  /** ack_wait of a consumer the source creates; the source calls working() on held messages every third of it. Default 30_000. */
+  /** ack_wait of a consumer the source creates, at least '1s'; the source calls working() on held messages every third of it. Default '30s'. */
+  ackWait?: Duration;
+  /** How long a message given back (the transaction failed) waits before its redelivery (nak delay); default '1s'. */
+  retryDelay?: Duration;
+  /** @deprecated Write `ackWait`; goes in 0.2.0. */
   ackWaitMs?: number;
-  /** How long a message given back (the transaction failed) waits before its redelivery (nak delay); default 1_000. */
+  /** @deprecated Write `retryDelay`; goes in 0.2.0. */
   retryDelayMs?: number;
   id?: NatsIdFrom;
   type?: NatsTypeFrom;
@@ -105,6 +118,8 @@ class NatsSource implements BrokerSource {
   private readonly pause = new Pause();
   private readonly capacity: number;
   private readonly ackWaitMs: number;
+  private readonly retryDelayMs: number;
+  private readonly reconnect: ReconnectDelays;
   private readonly maxBodyBytes: number;
   private feed: Feed | undefined;
   private stopped = true;
@@ -118,12 +133,13 @@ class NatsSource implements BrokerSource {
   constructor(private readonly options: NatsSourceOptions) {
     this.name = options.name;
     this.capacity = options.capacity ?? 64;
-    this.ackWaitMs = options.ackWaitMs ?? 30_000;
     const what = `nats source ${options.name}`;
+    this.ackWaitMs = durationOption(options, 'ackWait', 'ackWaitMs', '30s', what, 'CONFIG_INVALID');
+    this.retryDelayMs = durationOption(options, 'retryDelay', 'retryDelayMs', '1s', what, 'CONFIG_INVALID');
+    this.reconnect = reconnectDelays(options, what);
     if (!Number.isInteger(this.capacity) || this.capacity < 1)
       throw new OncelyError('CONFIG_INVALID', `${what}: capacity must be a positive integer`);
-    if (!Number.isFinite(this.ackWaitMs) || this.ackWaitMs < 1_000)
-      throw new OncelyError('CONFIG_INVALID', `${what}: ackWaitMs must be at least 1000`);
+    if (this.ackWaitMs < 1_000) throw new OncelyError('CONFIG_INVALID', `${what}: ackWait must be at least 1s`);
     if (!options.stream || !options.durable)
       throw new OncelyError('CONFIG_INVALID', `${what}: a stream and a durable consumer name are needed`);
     this.maxBodyBytes = bodyLimit(options, what);
@@ -144,7 +160,7 @@ class NatsSource implements BrokerSource {
       () => this.stopped,
       () => this.session(),
       this.pause.wait,
-      this.options,
+      this.reconnect,
     );
   }
 
@@ -263,7 +279,7 @@ class NatsSource implements BrokerSource {
         traceId: traceIdIn((message.headers?.keys() ?? []).map((name) => [name, message.headers?.get(name)])),
         ...(refusal !== undefined ? { refusal } : {}),
         ack: settle(() => message.ack()),
-        retry: settle(() => message.nak(this.options.retryDelayMs ?? 1_000)),
+        retry: settle(() => message.nak(this.retryDelayMs)),
         // No reason sent: servers before 2.10 ignore a +TERM that carries one. The inbox logs it.
         reject: settle(() => message.term()),
         working: () => message.working(),
@@ -300,7 +316,9 @@ export interface NatsTargetOptions {
   servers?: string | string[];
   /** The subject a row is published on; default its topic. A stream must capture it. */
   subject?: (topic: string) => string;
-  /** How long to wait for the PubAck; default 5_000 ms. */
+  /** How long to wait for the PubAck; default '5s'. */
+  timeout?: Duration;
+  /** @deprecated Write `timeout`; goes in 0.2.0. */
   timeoutMs?: number;
   logger?: OncelyLogger;
 }
@@ -322,8 +340,10 @@ class NatsTarget implements BrokerTarget {
   private readonly life: ConnectionLife;
   private client: Promise<{ connection: NatsConnection; js: JetStreamClient }> | undefined;
   private closed = false;
+  private readonly timeoutMs: number;
 
   constructor(private readonly options: NatsTargetOptions) {
+    this.timeoutMs = durationOption(options, 'timeout', 'timeoutMs', '5s', 'nats target', 'CONFIG_INVALID');
     this.life = new ConnectionLife('nats target', options.logger);
   }
 
@@ -337,7 +357,7 @@ class NatsTarget implements BrokerTarget {
       headers = (await clients()).nats.headers();
       headers.set(TRACE_NAME, message.traceId);
     }
-    await js.publish(subject, body, { msgID: message.id, timeout: this.options.timeoutMs ?? 5_000, headers });
+    await js.publish(subject, body, { msgID: message.id, timeout: this.timeoutMs, headers });
   }
 
   async close(): Promise<void> {

@@ -3,13 +3,22 @@
  * outbox target (persistent messages on a confirm channel). Needs the optional peer `amqplib`,
  * loaded when a source or target first connects.
  */
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import { loadPeer } from '../core/peer.js';
 import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
-import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
+import {
+  ConnectionLife,
+  keepConnected,
+  Pause,
+  type ReconnectDelays,
+  type ReconnectOptions,
+  reconnectDelays,
+} from './reconnect.js';
 import { TRACE_NAME, traceIdIn } from './trace.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
 
@@ -89,8 +98,10 @@ export interface RabbitSourceOptions extends ReconnectOptions, BodyOptions {
   declare?: RabbitQueueDeclaration;
   /**
    * How long a message given back (the transaction failed) waits before it is requeued; doubled for
-   * each give-back that follows without an ack between, up to 30 s. Default 1_000.
+   * each give-back that follows without an ack between, up to 30 s. Default '1s'.
    */
+  retryDelay?: Duration;
+  /** @deprecated Write `retryDelay`; goes in 0.2.0. */
   retryDelayMs?: number;
   /** One line per change of connection state. */
   logger?: OncelyLogger;
@@ -120,6 +131,7 @@ class RabbitSource implements BrokerSource {
   private readonly capacity: number;
   private readonly maxBodyBytes: number;
   private readonly retryDelayMs: number;
+  private readonly reconnect: ReconnectDelays;
   private feed: Feed | undefined;
   private stopped = true;
   private connection: AmqpConnection | undefined;
@@ -141,9 +153,15 @@ class RabbitSource implements BrokerSource {
       );
     if (!options.queue) throw new OncelyError('CONFIG_INVALID', `rabbitmq source ${options.name}: a queue is needed`);
     this.maxBodyBytes = bodyLimit(options, `rabbitmq source ${options.name}`);
-    this.retryDelayMs = options.retryDelayMs ?? 1_000;
-    if (!Number.isFinite(this.retryDelayMs) || this.retryDelayMs < 0)
-      throw new OncelyError('CONFIG_INVALID', `rabbitmq source ${options.name}: retryDelayMs must be 0 or more`);
+    this.retryDelayMs = durationOption(
+      options,
+      'retryDelay',
+      'retryDelayMs',
+      '1s',
+      `rabbitmq source ${options.name}`,
+      'CONFIG_INVALID',
+    );
+    this.reconnect = reconnectDelays(options, `rabbitmq source ${options.name}`);
     this.life = new ConnectionLife(`rabbitmq source ${options.name}`, options.logger);
   }
 
@@ -157,7 +175,7 @@ class RabbitSource implements BrokerSource {
       () => this.stopped,
       () => this.session(),
       this.pause.wait,
-      this.options,
+      this.reconnect,
     );
   }
 

@@ -4,16 +4,36 @@
  * session again with full-jitter backoff after the connection was lost, until stopped.
  */
 import { backoffDelay } from '../core/backoff.js';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import type { OncelyLogger } from '../core/observer.js';
 import { errorText } from '../host/failure-log.js';
 import type { SourceState, SourceStatus } from './types.js';
 
-/** How long a source waits between connection attempts; every duration is in milliseconds. */
+/** How long a source waits between connection attempts. */
 export interface ReconnectOptions {
-  /** The first delays' ceiling (full jitter); default 200. */
+  /** The base of the full-jitter backoff between connection attempts; default '200ms'. */
+  backoff?: Duration;
+  /** The longest delay between connection attempts; default '10s'. */
+  maxBackoff?: Duration;
+  /** @deprecated Write `backoff`; goes in 0.2.0. */
   baseDelayMs?: number;
-  /** The longest delay; default 10_000. */
+  /** @deprecated Write `maxBackoff`; goes in 0.2.0. */
   maxDelayMs?: number;
+}
+
+/** The reconnect delays of a source, in milliseconds. */
+export interface ReconnectDelays {
+  baseMs: number;
+  maxMs: number;
+}
+
+/** Reads `backoff` and `maxBackoff` (or their deprecated names) of a source's options; CONFIG_INVALID naming `where` when unusable. */
+export function reconnectDelays(options: ReconnectOptions, where: string): ReconnectDelays {
+  return {
+    baseMs: durationOption(options, 'backoff', 'baseDelayMs', '200ms', where, 'CONFIG_INVALID'),
+    maxMs: durationOption(options, 'maxBackoff', 'maxDelayMs', '10s', where, 'CONFIG_INVALID'),
+  };
 }
 
 /** A source's or target's state, lag and last error; logs each change of state once. */
@@ -66,7 +86,7 @@ export async function keepConnected(
   stopped: () => boolean,
   session: () => Promise<void>,
   wait: (ms: number) => Promise<void>,
-  { baseDelayMs = 200, maxDelayMs = 10_000 }: ReconnectOptions = {},
+  { baseMs, maxMs }: ReconnectDelays,
 ): Promise<void> {
   let attempt = 0;
   while (!stopped()) {
@@ -80,7 +100,7 @@ export async function keepConnected(
     // A session that got connected starts the delays over: only attempts that never connected grow them.
     attempt = life.state === 'connected' ? 1 : attempt + 1;
     life.set(life.state === 'connecting' ? 'connecting' : 'reconnecting', lost);
-    await wait(backoffDelay(attempt, baseDelayMs, maxDelayMs));
+    await wait(backoffDelay(attempt, baseMs, maxMs));
   }
 }
 

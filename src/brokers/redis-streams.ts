@@ -5,13 +5,22 @@
  */
 import { hostname } from 'node:os';
 import { Batcher } from '../core/batcher.js';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { OncelyError } from '../core/errors.js';
 import type { OncelyLogger } from '../core/observer.js';
 import { loadPeer } from '../core/peer.js';
 import type { OutboxMessage } from '../host/outbox.js';
 import { type BodyOptions, bodyLimit, readBody } from './body.js';
 import { Feed } from './feed.js';
-import { ConnectionLife, keepConnected, Pause, type ReconnectOptions } from './reconnect.js';
+import {
+  ConnectionLife,
+  keepConnected,
+  Pause,
+  type ReconnectDelays,
+  type ReconnectOptions,
+  reconnectDelays,
+} from './reconnect.js';
 import { TRACE_NAME, traceIdIn } from './trace.js';
 import type { BrokerMessage, BrokerSource, BrokerTarget, SourceStatus } from './types.js';
 
@@ -63,7 +72,7 @@ export interface StreamFields {
   data?: string;
 }
 
-/** Options of a Redis Streams source; every duration is in milliseconds. */
+/** Options of a Redis Streams source; a duration is a Duration: '30s', or milliseconds. */
 export interface RedisStreamsSourceOptions extends ReconnectOptions, BodyOptions {
   /** The event source name its messages are stored under (dedupe is per source and id). */
   name: string;
@@ -78,9 +87,13 @@ export interface RedisStreamsSourceOptions extends ReconnectOptions, BodyOptions
   from?: '0' | '$';
   /** Entries read and not yet acked, at most; default 64. */
   capacity?: number;
-  /** How long one XREADGROUP blocks waiting for entries; default 2_000. */
+  /** How long one XREADGROUP blocks waiting for entries; default '2s'. */
+  block?: Duration;
+  /** An entry pending this long (its consumer died, or it was given back) is claimed by this consumer; default '30s'. */
+  claimIdle?: Duration;
+  /** @deprecated Write `block`; goes in 0.2.0. */
   blockMs?: number;
-  /** An entry pending this long (its consumer died, or it was given back) is claimed by this consumer; default 30_000. */
+  /** @deprecated Write `claimIdle`; goes in 0.2.0. */
   claimIdleMs?: number;
   fields?: StreamFields;
   /** Where rejected entries are copied before their ack, with a `reason` field; default `<stream>:dead`; false: none. */
@@ -93,7 +106,7 @@ export interface RedisStreamsSourceOptions extends ReconnectOptions, BodyOptions
  * A Redis Streams consumer group as an inbox source: XREADGROUP with COUNT = the room left of
  * `capacity`, XACK (batched) only when the inbox acks, after its commit. An entry never acked
  * stays pending: it is read again by this consumer after a restart, or claimed by another with
- * XAUTOCLAIM once idle for `claimIdleMs`, so a crashed host loses nothing. A retried entry is
+ * XAUTOCLAIM once idle for `claimIdle`, so a crashed host loses nothing. A retried entry is
  * claimed again the same way. A rejected entry is copied to the dead-letter stream and acked.
  * Lag is XINFO GROUPS `lag`.
  * @example
@@ -120,6 +133,8 @@ class RedisStreamsSource implements BrokerSource {
   private readonly capacity: number;
   private readonly consumer: string;
   private readonly claimIdleMs: number;
+  private readonly blockMs: number;
+  private readonly reconnect: ReconnectDelays;
   private readonly fields: Required<StreamFields>;
   private readonly deadLetters: string | false;
   private readonly maxBodyBytes: number;
@@ -142,11 +157,14 @@ class RedisStreamsSource implements BrokerSource {
     if (!stream || !group)
       throw new OncelyError('CONFIG_INVALID', `redis streams source ${name}: a stream and a group are needed`);
     this.consumer = options.consumer ?? `${hostname()}-${process.pid}`;
-    this.claimIdleMs = options.claimIdleMs ?? 30_000;
+    const what = `redis streams source ${name}`;
+    this.claimIdleMs = durationOption(options, 'claimIdle', 'claimIdleMs', '30s', what, 'CONFIG_INVALID');
+    this.blockMs = durationOption(options, 'block', 'blockMs', '2s', what, 'CONFIG_INVALID');
+    this.reconnect = reconnectDelays(options, what);
     this.fields = { id: 'id', type: 'type', data: 'data', ...options.fields };
     this.deadLetters = options.deadLetterStream ?? `${stream}:dead`;
-    this.maxBodyBytes = bodyLimit(options, `redis streams source ${name}`);
-    this.life = new ConnectionLife(`redis streams source ${name}`, options.logger);
+    this.maxBodyBytes = bodyLimit(options, what);
+    this.life = new ConnectionLife(what, options.logger);
     // Acks of one batch go as one XACK; on the connection current when sent (ids are the group's, not a connection's).
     this.acks = new Batcher(async (ids) => {
       if (!this.commands) throw new Error('redis is not connected');
@@ -165,7 +183,7 @@ class RedisStreamsSource implements BrokerSource {
       () => this.stopped,
       () => this.session(),
       this.pause.wait,
-      this.options,
+      this.reconnect,
     );
   }
 
@@ -211,7 +229,7 @@ class RedisStreamsSource implements BrokerSource {
         await this.feed?.whenRoom();
         const room = this.feed?.room() ?? 0;
         if (this.stopped || room === 0) continue;
-        // Entries idle past claimIdleMs in any consumer of the group (a dead host's, or given back),
+        // Entries idle past claimIdle in any consumer of the group (a dead host's, or given back),
         // once this consumer's own pending ones are read.
         if (pendingAfter === undefined && Date.now() >= claimAt) {
           const [next, claimed] = (await this.commands.call('XAUTOCLAIM', [
@@ -236,7 +254,7 @@ class RedisStreamsSource implements BrokerSource {
           this.consumer,
           'COUNT',
           room,
-          ...(pendingAfter === undefined ? ['BLOCK', this.options.blockMs ?? 2_000] : []),
+          ...(pendingAfter === undefined ? ['BLOCK', this.blockMs] : []),
           'STREAMS',
           stream,
           pendingAfter ?? '>',
@@ -282,7 +300,7 @@ class RedisStreamsSource implements BrokerSource {
             .push(entryId)
             .then(() => {})
             .finally(release),
-        // Left pending: XAUTOCLAIM takes it again once idle for claimIdleMs.
+        // Left pending: XAUTOCLAIM takes it again once idle for claimIdle.
         retry: async () => release(),
         reject: (reason) => this.reject(entryId, raw, reason).finally(release),
       });

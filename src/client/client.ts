@@ -1,5 +1,5 @@
 import { OncelyError } from '../core/errors.js';
-import { type IdempotentResponse, idempotentFetch, type KeyInput, type RetryOptions } from './retry.js';
+import { fetchIntent, type IdempotentResponse, type KeyInput, type RetryOptions, retrySettings } from './retry.js';
 
 /** A client of one service: its base URL, headers sent on every request, and retry defaults. */
 export interface ClientOptions extends RetryOptions {
@@ -52,7 +52,9 @@ export interface Client {
  * @example const shop = createClient({ baseUrl: 'https://shop.example' });
  * await shop.invoke('orders.create', input, { idempotencyKey: ['ORD-1', 'create'] });
  */
-export function createClient({ baseUrl, headers: common, ...defaults }: ClientOptions): Client {
+export function createClient({ baseUrl, headers: common, signal, fetch, ...retry }: ClientOptions): Client {
+  // Checked and read now: a bad default fails here, and a call's own options override it field by field.
+  const defaults = retrySettings(retry);
   const base = String(baseUrl).replace(/\/+$/, '');
   const merged = (init: RequestInit) => {
     const headers = new Headers(common);
@@ -62,7 +64,12 @@ export function createClient({ baseUrl, headers: common, ...defaults }: ClientOp
     return { ...init, headers };
   };
   const request: Client['request'] = (path, init, options) =>
-    idempotentFetch(`${base}${path.startsWith('/') ? path : `/${path}`}`, merged(init), { ...defaults, ...options });
+    fetchIntent(
+      `${base}${path.startsWith('/') ? path : `/${path}`}`,
+      merged(init),
+      { signal, fetch, ...options },
+      defaults,
+    );
   return {
     request,
     async invoke<T>(

@@ -1,17 +1,28 @@
 import { backoffDelay } from '../core/backoff.js';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError, KeyInvalidError, KeyRequiredError, OncelyError } from '../core/errors.js';
 import { type KeyPart, keyFrom, validateKey } from '../core/key.js';
 
-/** How one intent is retried. Every field has a default. */
+/** How one intent is retried; a duration is a Duration: '30s', or milliseconds. Every field has a default. */
 export interface RetryOptions {
-  /** Every attempt and wait of one intent within this many ms; then RETRIES_EXHAUSTED or the last answer. Default 30000. */
-  deadlineMs?: number;
-  /** One attempt's timeout in ms (the deadline's rest when shorter). Default 10000. */
-  attemptTimeoutMs?: number;
+  /** Every attempt and wait of one intent within this; then RETRIES_EXHAUSTED or the last answer. Default '30s'. */
+  deadline?: Duration;
+  /** One attempt's timeout (the deadline's rest when shorter). Default '10s'. */
+  attemptTimeout?: Duration;
   /** Most attempts. Default 8. */
   maxAttempts?: number;
-  /** Backoff: attempt n waits a uniform draw in [0, min(maxDelayMs, baseDelayMs * 2^(n-1))). Defaults 200 and 5000. */
+  /** Backoff: attempt n waits a uniform draw in [0, min(maxBackoff, backoff * 2^(n-1))). Default '200ms'. */
+  backoff?: Duration;
+  /** The longest backoff wait. Default '5s'. */
+  maxBackoff?: Duration;
+  /** @deprecated Write `deadline`; goes in 0.2.0. */
+  deadlineMs?: number;
+  /** @deprecated Write `attemptTimeout`; goes in 0.2.0. */
+  attemptTimeoutMs?: number;
+  /** @deprecated Write `backoff`; goes in 0.2.0. */
   baseDelayMs?: number;
+  /** @deprecated Write `maxBackoff`; goes in 0.2.0. */
   maxDelayMs?: number;
   /** Cancels the intent: the attempt in flight and any wait. */
   signal?: AbortSignal;
@@ -43,23 +54,59 @@ export type KeyInput = string | readonly KeyPart[];
  * credential headers never go to a server the caller did not name.
  * @example const { response, replayed } = await idempotentFetch('/orders', { method: 'POST', body }, { key: ['ORD-1', 'create'] })
  */
-export async function idempotentFetch(
+export function idempotentFetch(
   url: string | URL,
   init: RequestInit = {},
   options: RetryOptions & { key: KeyInput },
 ): Promise<IdempotentResponse> {
+  return fetchIntent(url, init, options, DEFAULT_RETRY);
+}
+
+/** The retry settings of an intent in milliseconds, each option given or its default. */
+export interface RetrySettings {
+  deadlineMs: number;
+  attemptTimeoutMs: number;
+  maxAttempts: number;
+  baseDelayMs: number;
+  maxDelayMs: number;
+}
+
+const DEFAULT_RETRY: RetrySettings = {
+  deadlineMs: 30_000,
+  attemptTimeoutMs: 10_000,
+  maxAttempts: 8,
+  baseDelayMs: 200,
+  maxDelayMs: 5_000,
+};
+
+/**
+ * The settings of `options` over `defaults` (a client's, or oncely's); an old `...Ms` name is read
+ * with its deprecation warning. INVALID_ARGUMENT for a duration or count that cannot be used.
+ */
+export function retrySettings(options: RetryOptions, defaults: RetrySettings = DEFAULT_RETRY): RetrySettings {
+  const where = 'idempotentFetch';
+  const { maxAttempts = defaults.maxAttempts } = options;
+  if (!Number.isFinite(maxAttempts) || maxAttempts < 0)
+    throw new InvalidArgumentError('maxAttempts must be a number from 0');
+  return {
+    deadlineMs: durationOption(options, 'deadline', 'deadlineMs', defaults.deadlineMs, where),
+    attemptTimeoutMs: durationOption(options, 'attemptTimeout', 'attemptTimeoutMs', defaults.attemptTimeoutMs, where),
+    maxAttempts,
+    baseDelayMs: durationOption(options, 'backoff', 'baseDelayMs', defaults.baseDelayMs, where),
+    maxDelayMs: durationOption(options, 'maxBackoff', 'maxDelayMs', defaults.maxDelayMs, where),
+  };
+}
+
+/** `idempotentFetch` with the settings it falls back to: oncely's defaults, or a client's. */
+export async function fetchIntent(
+  url: string | URL,
+  init: RequestInit,
+  options: RetryOptions & { key: KeyInput },
+  defaults: RetrySettings,
+): Promise<IdempotentResponse> {
   const key = keyOf(options?.key);
-  const {
-    deadlineMs = 30_000,
-    attemptTimeoutMs = 10_000,
-    maxAttempts = 8,
-    baseDelayMs = 200,
-    maxDelayMs = 5_000,
-    signal,
-    fetch: send = globalThis.fetch,
-  } = options;
-  for (const [name, value] of Object.entries({ deadlineMs, attemptTimeoutMs, maxAttempts, baseDelayMs, maxDelayMs }))
-    if (!Number.isFinite(value) || value < 0) throw new InvalidArgumentError(`${name} must be a number from 0`);
+  const { deadlineMs, attemptTimeoutMs, maxAttempts, baseDelayMs, maxDelayMs } = retrySettings(options, defaults);
+  const { signal, fetch: send = globalThis.fetch } = options;
   if (init.redirect !== undefined && init.redirect !== 'follow' && init.redirect !== 'manual')
     throw new InvalidArgumentError(
       "redirect must be 'follow' (the default: same-origin 307 and 308 only) or 'manual' (none followed)",

@@ -1,6 +1,7 @@
 import type { BrokerSourceConfig, BrokerTargetConfig } from '../brokers/config.js';
 import { refuseUnknownKeys } from '../core/closest.js';
 import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { OncelyError } from '../core/errors.js';
 import type { DecisionEvent, OncelyLogger } from '../core/observer.js';
 import type { RetentionConfig } from '../ops/retention.js';
@@ -30,8 +31,20 @@ export interface HostConfig {
   poolSize?: number;
   /** Database when `--db` is not given: a SQLite path or a postgres:// URL. Default ./.oncely/app.db in the app folder. */
   db?: string;
-  /** Event consumers: retries before a dead letter, backoff base, lease. */
-  events?: { maxAttempts?: number; baseDelayMs?: number; leaseMs?: number };
+  /**
+   * Event consumers: attempts before a dead letter (default 8), the base of the full-jitter backoff
+   * between attempts (default '500ms'), and how long a claim holds before a dead worker's events are
+   * taken over (default '30s'; the outbox relay's lease too).
+   */
+  events?: {
+    maxAttempts?: number;
+    backoff?: Duration;
+    lease?: Duration;
+    /** @deprecated Write `backoff`; goes in 0.2.0. */
+    baseDelayMs?: number;
+    /** @deprecated Write `lease`; goes in 0.2.0. */
+    leaseMs?: number;
+  };
   /** The app's flows: how long a worker's claim of a flow run holds unrenewed, so a dead worker's runs are taken over after it. Default '30s'. */
   flows?: { lease?: Duration };
   /**
@@ -98,6 +111,8 @@ const CONFIG_KEYS: Record<keyof HostConfig, true> = {
 };
 const EVENTS_KEYS: Record<keyof NonNullable<HostConfig['events']>, true> = {
   maxAttempts: true,
+  backoff: true,
+  lease: true,
   baseDelayMs: true,
   leaseMs: true,
 };
@@ -130,6 +145,17 @@ export function checkConfig(config: HostConfig, where: string): void {
   ];
   for (const [name, value, known] of nested)
     if (typeof value === 'object' && value !== null) refuseUnknownKeys(value, Object.keys(known), where, `${name}.`);
+}
+
+/** The `events` settings in milliseconds, an old `...Ms` name read with its deprecation warning; CONFIG_INVALID when unusable. */
+export function eventSettings(config: HostConfig): { maxAttempts?: number; baseDelayMs: number; leaseMs: number } {
+  const events = config.events ?? {};
+  const where = 'oncely.config.ts events';
+  return {
+    maxAttempts: events.maxAttempts,
+    baseDelayMs: durationOption(events, 'backoff', 'baseDelayMs', '500ms', where, 'CONFIG_INVALID'),
+    leaseMs: durationOption(events, 'lease', 'leaseMs', '30s', where, 'CONFIG_INVALID'),
+  };
 }
 
 /**

@@ -33,6 +33,7 @@ import type { RecordStore } from '../store.js';
 import type { App } from './app.js';
 import { byteLimit, DEFAULT_MAX_BODY_BYTES, readBodyCapped } from './body.js';
 import { type BrokerStatus, hostBrokers } from './brokers.js';
+import { eventSettings } from './config.js';
 import { bindConsumer } from './consume.js';
 import { type ConsumerBinding, EventQueue } from './events.js';
 import { envelope, Invoker } from './invoke.js';
@@ -106,6 +107,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   const { duplicateScan } = app.config;
   const scanEveryMs = duplicateScan === false ? null : toMs(duplicateScan?.every ?? '24h', 'duplicateScan.every');
   const reconciling = reconcileSettings(app.config.reconcile);
+  const eventsConfig = eventSettings(app.config);
   // Source body limits by name, checked now: a bad one fails at start, not at the first webhook.
   const sourceLimits = new Map(
     Object.entries(app.config.sources ?? {}).map(([name, s]) => [
@@ -160,7 +162,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   };
   const events = new EventQueue(db, {
     consumerFor,
-    ...app.config.events,
+    ...eventsConfig,
     logger,
     observer,
     totals,
@@ -177,7 +179,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
       })),
   };
   const brokers = await hostBrokers(app.config, { db, events, consumers, logger });
-  const relay = new OutboxRelay(db, { leaseMs: app.config.events?.leaseMs, target: brokers.target, totals, clock });
+  const relay = new OutboxRelay(db, { lease: eventsConfig.leaseMs, target: brokers.target, totals, clock });
 
   const invoker = new Invoker(app, {
     totals,

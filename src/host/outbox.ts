@@ -1,4 +1,6 @@
 import { type Clock, systemClock } from '../core/clock.js';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { OncelyError } from '../core/errors.js';
 import { validateEventType, validateKey } from '../core/key.js';
 import { processMetrics } from '../core/metrics.js';
@@ -44,18 +46,30 @@ export async function enqueue(
   return { id, created: created === 1 };
 }
 
-/** Options of the relay. */
+/** Options of the relay; a duration is a Duration: '30s', or milliseconds. */
 export interface RelayOptions {
   target: OutboxTarget;
-  pollMs?: number;
+  /** How long the relay waits before looking again when it found nothing due; default '250ms'. */
+  poll?: Duration;
   batchSize?: number;
-  leaseMs?: number;
+  /** How long a claim of a row holds unrenewed (a dead relay's rows are taken over after it); default '30s'. */
+  lease?: Duration;
   /**
    * Deliveries side by side, settled together in one transaction; default 1 (row after row). A
    * broker target pipelines them and confirms each: 32 sends a whole batch before the first confirm.
    */
   inFlight?: number;
+  /** The base of the full-jitter backoff of a failed delivery; default '500ms'. */
+  backoff?: Duration;
+  /** The longest delay before a failed row is due again; default '60s'. */
+  maxBackoff?: Duration;
+  /** @deprecated Write `poll`; goes in 0.2.0. */
+  pollMs?: number;
+  /** @deprecated Write `lease`; goes in 0.2.0. */
+  leaseMs?: number;
+  /** @deprecated Write `backoff`; goes in 0.2.0. */
   baseDelayMs?: number;
+  /** @deprecated Write `maxBackoff`; goes in 0.2.0. */
   maxDelayMs?: number;
   /** Where deliveries, retries and dead letters are counted, each in its completion's transaction; default totals of the process's metrics. */
   totals?: Totals;
@@ -67,6 +81,8 @@ export interface RelayOptions {
    */
   clock?: Clock;
 }
+
+const WHERE = 'outbox relay';
 
 /**
  * Delivers committed outbox rows at least once: claims due rows with a lease (a relay that died
@@ -83,6 +99,7 @@ export class OutboxRelay {
   private readonly work: WorkQueue<OutboxRow>;
   private readonly totals: Totals;
   private readonly clock: Clock;
+  private readonly pollMs: number;
 
   constructor(
     private readonly db: Db,
@@ -93,10 +110,11 @@ export class OutboxRelay {
       throw new OncelyError('INVALID_ARGUMENT', `inFlight must be a positive integer, got ${inFlight}`);
     this.totals = options.totals ?? new Totals(db, processMetrics);
     this.clock = options.clock ?? systemClock;
+    this.pollMs = durationOption(options, 'poll', 'pollMs', '250ms', WHERE);
     this.work = new WorkQueue(db, OUTBOX_WORK, {
-      leaseMs: options.leaseMs ?? 30_000,
-      baseDelayMs: options.baseDelayMs,
-      maxDelayMs: options.maxDelayMs,
+      leaseMs: durationOption(options, 'lease', 'leaseMs', '30s', WHERE),
+      baseDelayMs: durationOption(options, 'backoff', 'baseDelayMs', '500ms', WHERE),
+      maxDelayMs: durationOption(options, 'maxBackoff', 'maxDelayMs', '60s', WHERE),
       clock: this.clock,
     });
   }
@@ -202,6 +220,6 @@ export class OutboxRelay {
     } catch {
       // The database is unreachable for now; the next round tries again.
     }
-    if (!this.stopped) this.schedule(delivered > 0 ? 0 : (this.options.pollMs ?? 250));
+    if (!this.stopped) this.schedule(delivered > 0 ? 0 : this.pollMs);
   }
 }

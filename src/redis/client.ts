@@ -1,3 +1,4 @@
+import type { Duration } from '../core/duration.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { loadPeer } from '../core/peer.js';
 import type { RedisScript } from './scripts.js';
@@ -29,11 +30,13 @@ export type RedisStoreOptions = (
 ) & {
   /** Prepended to every key the store writes; defaults to 'oncely:'. An ioredis client's own keyPrefix comes before it. */
   prefix?: string;
-  /** With `url` or `cluster`: how long a command (connecting included) may wait for Redis before it fails; default 5000 ms. */
+  /** With `url` or `cluster`: how long a command (connecting included) may wait for Redis before it fails; default '5s'. */
+  timeout?: Duration;
+  /** @deprecated Write `timeout`; goes in 0.2.0. */
   timeoutMs?: number;
   /**
    * Answer a write only once this many replicas have it (WAIT after each script run, on the same
-   * connection), else fail it (STORE_UNAVAILABLE) after half of timeoutMs; default 0. Redis
+   * connection), else fail it (STORE_UNAVAILABLE) after half of `timeout`; default 0. Redis
    * replicates asynchronously: without it, a master that dies right after answering may take the
    * write with it, and the replica promoted in its place never saw it (a claim lost that way lets
    * a second caller execute the key again). With 1, a write answered survives its master's death.
@@ -156,7 +159,7 @@ export function ownedClientOptions() {
  * replaced by its replica after the cluster's node timeout: ioredis then reloads the slots and
  * resends what was refused (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, or the dead node's closed
  * connection) every retryDelayOnFailover ms, up to maxRedirections times, so commands ride over a
- * failover of a few seconds; the store's timeoutMs bounds the wait. Commands queue while the
+ * failover of a few seconds; the store's `timeout` bounds the wait. Commands queue while the
  * cluster (re)connects, since that is part of riding over it; a cluster that cannot connect at
  * all fails at once (no clusterRetryStrategy).
  */

@@ -1,4 +1,5 @@
 import { Batcher } from '../core/batcher.js';
+import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import type { RecordId, StoredRecord } from '../core/record.js';
 import { checkUrl } from '../core/url.js';
@@ -131,10 +132,10 @@ export class RedisStore implements RecordStore {
   private closed = false;
 
   constructor(options: RedisStoreOptions) {
-    const { prefix = 'oncely:', timeoutMs = 5_000, replicas = 0 } = options;
+    const { prefix = 'oncely:', replicas = 0 } = options;
     if (typeof prefix !== 'string') throw new InvalidArgumentError('redisStore: prefix must be a string');
-    if (!Number.isInteger(timeoutMs) || timeoutMs <= 0)
-      throw new InvalidArgumentError('redisStore: timeoutMs must be a positive integer');
+    const timeoutMs = durationOption(options, 'timeout', 'timeoutMs', '5s', 'redisStore');
+    if (timeoutMs <= 0) throw new InvalidArgumentError('redisStore: timeout must be longer than 0');
     if (!Number.isInteger(replicas) || replicas < 0)
       throw new InvalidArgumentError('redisStore: replicas must be a whole number');
     const given = [options.url, options.cluster, options.client].filter((v) => v !== undefined);

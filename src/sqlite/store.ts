@@ -3,6 +3,8 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { type Clock, systemClock } from '../core/clock.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { absoluteRecord, type RecordId, type Settlement, type StoredRecord } from '../core/record.js';
 import { GroupCommit } from '../db/group-commit.js';
@@ -37,7 +39,9 @@ export interface SqliteStoreOptions {
   database?: SqliteDatabase;
   /** 'full' (default) survives power loss; 'normal' may lose the last commits on power loss, not on a crash. */
   durability?: 'full' | 'normal';
-  /** How long a writer waits for another process's write lock, in ms. Default 5000. */
+  /** How long a writer waits for another process's write lock. Default '5s'. */
+  busyTimeout?: Duration;
+  /** @deprecated Write `busyTimeout`; goes in 0.2.0. */
   busyTimeoutMs?: number;
   /** The store's clock, which judges leases and TTLs: a test's manual clock (the engine's `clock` too). Default the system clock. */
   clock?: Clock;
@@ -75,7 +79,8 @@ export class SqliteStore implements RecordStore {
   private readonly clock: Clock;
 
   constructor(options: SqliteStoreOptions = {}) {
-    const { path = './.oncely/oncely.db', database, durability = 'full', busyTimeoutMs = 5_000 } = options;
+    const { path = './.oncely/oncely.db', database, durability = 'full' } = options;
+    const busyTimeoutMs = durationOption(options, 'busyTimeout', 'busyTimeoutMs', '5s', 'sqliteStore');
     this.clock = options.clock ?? systemClock;
     if (durability !== 'full' && durability !== 'normal')
       throw new InvalidArgumentError("durability must be 'full' or 'normal'");
@@ -87,7 +92,7 @@ export class SqliteStore implements RecordStore {
       this.db = new Database(path) as unknown as SqliteDatabase;
       this.owned = true;
     }
-    this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(busyTimeoutMs))}`);
+    this.db.pragma(`busy_timeout = ${busyTimeoutMs}`);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma(`synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`);
     this.writes = new GroupCommit(this.db);

@@ -4,6 +4,8 @@
  * process retries the same intent. Each window's report says what the retry got and how many
  * effects the user's counter saw; a second effect fails the test naming its window.
  */
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError } from '../core/errors.js';
 import { CRASH_WINDOWS, type CrashWindow } from '../engine/hooks.js';
 import { CRASH_ACTION, CRASH_AT, CRASHED_LINE } from './crash-hooks.js';
@@ -27,7 +29,9 @@ export interface CrashOptions {
   input?: (window: CrashWindow) => unknown;
   /** The user's count of effects of that window's intent, read after its retry. */
   effects: (window: CrashWindow, input: unknown) => number | Promise<number>;
-  /** How long the retry keeps trying while the claim's lease still runs (IN_PROGRESS). Default 15 s. */
+  /** How long the retry keeps trying while the claim's lease still runs (IN_PROGRESS). Default '15s'. */
+  retryFor?: Duration;
+  /** @deprecated Write `retryFor`; goes in 0.2.0. */
   retryForMs?: number;
   /** Crash every window at once (each case has its own key): the lease waits overlap. Default false. */
   parallel?: boolean;
@@ -65,6 +69,7 @@ export async function crashWindows(options: CrashOptions): Promise<CrashReport> 
   for (const w of windows)
     if (!CRASH_WINDOWS.includes(w)) throw new InvalidArgumentError(`unknown crash window ${String(w)}`);
   if (typeof options.effects !== 'function') throw new InvalidArgumentError('effects must be a function');
+  const retryForMs = durationOption(options, 'retryFor', 'retryForMs', '15s', 'crashWindows');
   const one = async (window: CrashWindow): Promise<CrashCase> => {
     const input = options.input ? options.input(window) : { window };
     const env: Record<string, string> = {
@@ -75,7 +80,7 @@ export async function crashWindows(options: CrashOptions): Promise<CrashReport> 
     const first = startChild({ ...options.child, input, env }, { mode: 'once' });
     const died = await first.exited;
     const crashed = died.signal === 'SIGKILL' && first.lines.some((l) => l.startsWith(`${CRASHED_LINE} ${window}`));
-    const again = startChild({ ...options.child, input }, { mode: 'retry', retryForMs: options.retryForMs ?? 15_000 });
+    const again = startChild({ ...options.child, input }, { mode: 'retry', retryForMs });
     const [retry] = parseOutcomes(await again.line(RESULT_LINE)) as [CallerOutcome];
     await again.exited;
     const effects = await options.effects(window, input);
@@ -119,7 +124,7 @@ function problemOf(
     return { problem: `the crash at '${window}' produced a second effect (${effects}; the retry got ${got})` };
   if (retry.ok && effects !== 1) return { problem: `the retry succeeded (${got}) but ${effects} effects were counted` };
   if (retry.code === 'IN_PROGRESS')
-    return { problem: 'the retry still found the claim held: lease longer than retryForMs' };
+    return { problem: 'the retry still found the claim held: lease longer than retryFor' };
   if (!retry.ok && retry.code !== 'OUTCOME_UNKNOWN')
     return { problem: `the retry failed: ${retry.code ?? retry.message}` };
   return {};

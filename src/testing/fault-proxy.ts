@@ -6,6 +6,8 @@
  */
 import { createServer, request as forward, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duration } from '../core/duration.js';
+import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError } from '../core/errors.js';
 
 /**
@@ -15,7 +17,7 @@ import { InvalidArgumentError } from '../core/errors.js';
  * - 'cut-body': forwarded; the client gets the status, the headers and half the body, then the
  *   connection is destroyed.
  * - 'unavailable': answered 503 by the proxy, never forwarded.
- * - 'delay': forwarded after `delayMs`, answered normally.
+ * - 'delay': forwarded after `delay`, answered normally.
  */
 export type Fault = 'drop-response' | 'cut-body' | 'unavailable' | 'delay';
 
@@ -23,7 +25,9 @@ export type Fault = 'drop-response' | 'cut-body' | 'unavailable' | 'delay';
 export interface FaultRule {
   nth: number;
   fault: Fault;
-  /** For 'delay': how long to hold the request before forwarding it. Default 1000. */
+  /** For 'delay': how long to hold the request before forwarding it. Default '1s'. */
+  delay?: Duration;
+  /** @deprecated Write `delay`; goes in 0.2.0. */
   delayMs?: number;
   /** Which requests this rule counts, e.g. `(r) => r.method === 'POST'`. Default every request. */
   match?: (request: SeenRequest) => boolean;
@@ -65,6 +69,12 @@ export async function faultProxy(options: { target: string; plan?: FaultRule[] }
     if (!['drop-response', 'cut-body', 'unavailable', 'delay'].includes(rule.fault))
       throw new InvalidArgumentError(`unknown fault ${String(rule.fault)}`);
   }
+  // Read now: a bad delay fails here, not at the request it would hold.
+  const delays = new Map(
+    plan
+      .filter((rule) => rule.fault === 'delay')
+      .map((rule) => [rule, durationOption(rule, 'delay', 'delayMs', '1s', 'a delay fault rule')]),
+  );
   const counted = plan.map(() => 0);
   const requests: SeenRequest[] = [];
 
@@ -96,7 +106,7 @@ export async function faultProxy(options: { target: string; plan?: FaultRule[] }
       return;
     }
     const go = () => pass(req, res, target, seen, rule?.fault);
-    if (rule?.fault === 'delay') setTimeout(go, rule.delayMs ?? 1_000);
+    if (rule?.fault === 'delay') setTimeout(go, delays.get(rule));
     else go();
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -69,7 +69,7 @@ for (const { name, target, cleanup } of hostTargets()) {
           },
           targets: { bus: { kind: 'nats', servers: NATS, subject: (topic) => stream.subject(`out.${topic}`) } },
           outbox: { 'order.shipped': ['consumers', 'bus'], 'order.audited': ['bus'] },
-          events: { baseDelayMs: 5 },
+          events: { backoff: 5 },
         },
         consumers: {
           [`${source}/${inbound}`]: {

@@ -52,7 +52,7 @@ describe('oncely/brokers', () => {
     const wait = fileURLToPath(new URL('../support/wait.ts', import.meta.url));
     const connect = `const { natsSource } = await import(${JSON.stringify(entry)});
       const { until } = await import(${JSON.stringify(wait)});
-      const source = natsSource({ name: 'n', stream: 'S', durable: 'd', baseDelayMs: 10_000 });
+      const source = natsSource({ name: 'n', stream: 'S', durable: 'd', backoff: '10s' });
       await source.start(async () => {});
       console.log(await until("the source's first connect error", () => source.status().lastError));
       await source.stop();`;
@@ -76,22 +76,19 @@ for (const spec of specs) {
       };
       const runs: string[] = [];
       let failOnce = true;
-      const inbox = onceInbox(
-        natsSource({ name: 'payments', stream: stream.stream, durable: 'lib', retryDelayMs: 50 }),
-        {
-          once,
-          action: 'capture',
-          logger,
-          handle: async (message) => {
-            if (message.id === 'p2' && failOnce) {
-              failOnce = false;
-              throw new Error('gateway timeout');
-            }
-            runs.push(message.id as string);
-            return { captured: message.id };
-          },
+      const inbox = onceInbox(natsSource({ name: 'payments', stream: stream.stream, durable: 'lib', retryDelay: 50 }), {
+        once,
+        action: 'capture',
+        logger,
+        handle: async (message) => {
+          if (message.id === 'p2' && failOnce) {
+            failOnce = false;
+            throw new Error('gateway timeout');
+          }
+          runs.push(message.id as string);
+          return { captured: message.id };
         },
-      );
+      });
       try {
         await stream.publish('captured', { amount: 1 }, 'p1');
         await stream.publish('captured', { amount: 2 }, 'p2');

@@ -248,7 +248,7 @@ for (const target of targets) {
           return events.intake(...args);
         },
       };
-      await inbox({ capacity: 4, retryDelayMs: 50 }, intake);
+      await inbox({ capacity: 4, retryDelay: 50 }, intake);
       await until('a batch in flight', () => calls > 0);
       const held = await stream.consumer(`d${durable}`);
       expect(held.ackPending).toBeLessThanOrEqual(4);
@@ -330,8 +330,8 @@ for (const target of targets) {
       const deduped = await freshStream();
       // A tiny window: the second publish is stored, and an oncely inbox downstream dedupes it.
       const tiny = await freshStream(100);
-      const target2 = natsTarget({ timeoutMs: 500 });
-      const relay = await brokerRelay(db, target2, { leaseMs: 200, baseDelayMs: 60_000, maxDelayMs: 60_000 });
+      const target2 = natsTarget({ timeout: 500 });
+      const relay = await brokerRelay(db, target2, { lease: 200, backoff: '1m', maxBackoff: '1m' });
       const status = async (id: string) =>
         (await db.all<{ status: string }>('SELECT status FROM oncely_outbox WHERE id = ?', [id]))[0]?.status;
       try {

@@ -170,7 +170,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
           config: {
             logger,
             brokers: { [source]: { ...broker.config, maxBodyBytes: CAP } as BrokerSourceConfig },
-            events: { baseDelayMs: 5 },
+            events: { backoff: 5 },
           },
           consumers: {
             [`${source}/order.paid`]: {
@@ -243,7 +243,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS))
       await away(other, false);
       // One message: each redelivery is one batch and one line (several may come back in several batches).
       await admin.publish(queue, { n: 1 }, { messageId: 'm-1', type: 'order.paid' });
-      const inbox = eventInbox(rabbitmqSource({ name: 'orders', url: RABBITMQ_URL, queue, retryDelayMs: 200 }), {
+      const inbox = eventInbox(rabbitmqSource({ name: 'orders', url: RABBITMQ_URL, queue, retryDelay: 200 }), {
         db,
         events,
         logger,

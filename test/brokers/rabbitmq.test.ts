@@ -51,8 +51,8 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       url: RABBITMQ_URL,
       queue,
       capacity: 8,
-      baseDelayMs: 20,
-      maxDelayMs: 200,
+      backoff: 20,
+      maxBackoff: 200,
       ...extra,
     });
 
@@ -207,7 +207,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
         expect.objectContaining({ code: 'INVALID_ARGUMENT' }),
       );
       // Both published side by side, then settled in one transaction: one confirmed, one returned unroutable.
-      const relay = new OutboxRelay(db, { target, baseDelayMs: 60_000, inFlight: 32 });
+      const relay = new OutboxRelay(db, { target, backoff: '1m', inFlight: 32 });
       expect(await relay.deliverDue()).toBe(2);
       await target.close();
       const rows = await db.all<{ id: string; status: string; last_error: string | null }>(
@@ -236,7 +236,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       child.child.kill('SIGKILL');
       await child.exited;
       const target = rabbitmqTarget({ url: RABBITMQ_URL });
-      const relay = new OutboxRelay(db, { target, leaseMs: 300 });
+      const relay = new OutboxRelay(db, { target, lease: 300 });
       await until('the row claimed again after its lease', async () => (await relay.deliverDue()) === 1);
       await target.close();
       const [row] = await db.all<{ status: string }>("SELECT status FROM oncely_outbox WHERE id = 'out-k'");

@@ -49,9 +49,9 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       group,
       consumer: 'parent',
       capacity: 8,
-      blockMs: 100,
-      baseDelayMs: 20,
-      maxDelayMs: 200,
+      block: 100,
+      backoff: 20,
+      maxBackoff: 200,
       ...extra,
     });
 
@@ -129,13 +129,13 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       await admin.redis.xreadgroup('GROUP', group, 'ghost', 'COUNT', 3, 'STREAMS', stream, '>');
       await admin.redis.xreadgroup('GROUP', group, 'parent', 'COUNT', 2, 'STREAMS', stream, '>');
       expect(await pending()).toBe(5);
-      await startInbox(sourceOptions({ claimIdleMs: 60_000 }));
+      await startInbox(sourceOptions({ claimIdle: '1m' }));
       await until('its own two entries, before any idle time', async () => (await events.stats()).accepted === 2);
       expect(await pending()).toBe(3);
       await inboxes.pop()?.stop();
-      // sleep: the ghost's entries must be idle past the next source's claimIdleMs of 250 ms.
+      // sleep: the ghost's entries must be idle past the next source's claimIdle of 250 ms.
       await new Promise((resolve) => setTimeout(resolve, 300));
-      await startInbox(sourceOptions({ claimIdleMs: 250 }));
+      await startInbox(sourceOptions({ claimIdle: 250 }));
       await until("the ghost's three, claimed", async () => (await events.stats()).accepted === 5);
       await until('all acked', async () => (await pending()) === 0);
       expect((await stored()).map((e) => e.event_id)).toEqual(['evt-0', 'evt-1', 'evt-2', 'evt-3', 'evt-4']);
@@ -178,7 +178,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       await child.exited;
       expect(await events.stats()).toMatchObject({ accepted: 1, duplicate: 0 });
       expect(await pending()).toBe(1);
-      await startInbox(sourceOptions({ claimIdleMs: 250 }));
+      await startInbox(sourceOptions({ claimIdle: 250 }));
       await until('the claimed entry', async () => (await events.stats()).duplicate === 1);
       expect(await events.stats()).toMatchObject({ accepted: 1, duplicate: 1 });
       await until('acked', async () => (await pending()) === 0);
@@ -199,7 +199,7 @@ for (const [dialect, makeDb] of Object.entries(DIALECTS)) {
       child.child.kill('SIGKILL');
       await child.exited;
       const target = redisStreamsTarget({ url: REDIS_URL, stream });
-      const relay = new OutboxRelay(db, { target, leaseMs: 300 });
+      const relay = new OutboxRelay(db, { target, lease: 300 });
       await until('both rows delivered', async () => {
         await relay.deliverDue();
         const rows = await db.all<{ status: string }>("SELECT status FROM oncely_outbox WHERE status = 'delivered'");

@@ -120,14 +120,14 @@ async function redisRig(): Promise<Rig> {
   const tag = randomUUID().slice(0, 8);
   const [inStream, outStream] = [`oncely-trace:${tag}:in`, `oncely-trace:${tag}:out`];
   return {
-    inbound: { kind: 'redis-streams', url: REDIS_URL, stream: inStream, group: 'a', blockMs: 200 },
+    inbound: { kind: 'redis-streams', url: REDIS_URL, stream: inStream, group: 'a', block: 200 },
     inboundType: 'order.paid',
     async publish(id, data, headers) {
       const fields = { id, type: 'order.paid', data: JSON.stringify(data), ...headers };
       await redis.sendCommand(['XADD', inStream, '*', ...Object.entries(fields).flat()]);
     },
     target: { kind: 'redis-streams', url: REDIS_URL, stream: outStream },
-    outbound: { kind: 'redis-streams', url: REDIS_URL, stream: outStream, group: 'b', blockMs: 200 },
+    outbound: { kind: 'redis-streams', url: REDIS_URL, stream: outStream, group: 'b', block: 200 },
     outboundType: 'order.shipped',
     async sentTrace(id) {
       const entries = (await redis.sendCommand(['XRANGE', outStream, '-', '+'])) as [string, string[]][];
@@ -189,7 +189,7 @@ for (const [broker, makeRig] of Object.entries(BROKERS)) {
       cleanups.push(() => rig.dispose());
       const source = `in_${randomUUID().slice(0, 8)}`;
       const app = await host(await make(), {
-        config: { brokers: { [source]: rig.inbound }, events: { baseDelayMs: 5 } },
+        config: { brokers: { [source]: rig.inbound }, events: { backoff: 5 } },
         consumers: { [`${source}/${rig.inboundType}`]: note },
       });
       const cases = [
@@ -221,7 +221,7 @@ for (const [broker, makeRig] of Object.entries(BROKERS)) {
       });
       const source = `relay_${randomUUID().slice(0, 8)}`;
       const receiver = await host(await make(), {
-        config: { brokers: { [source]: rig.outbound }, events: { baseDelayMs: 5 } },
+        config: { brokers: { [source]: rig.outbound }, events: { backoff: 5 } },
         consumers: { [`${source}/${rig.outboundType}`]: note },
       });
       for (const [orderId, headers, expected] of [

@@ -23,7 +23,7 @@ const json = (body: unknown): RequestInit => ({
   body: JSON.stringify(body),
 });
 // Fast retries: the waits under test are the server's Retry-After, not the backoff's.
-const quick = { baseDelayMs: 20, maxDelayMs: 100 };
+const quick = { backoff: 20, maxBackoff: 100 };
 
 describe('idempotentFetch against the Express example through a fault proxy', () => {
   let once: Oncely;
@@ -154,7 +154,7 @@ describe('idempotentFetch retry rules', () => {
       const answer = await idempotentFetch(
         server.url,
         { method: 'POST' },
-        { key: 'k-deadline', deadlineMs: 300, ...quick },
+        { key: 'k-deadline', deadline: 300, ...quick },
       );
       expect(answer.response.status).toBe(502);
       expect(answer.attempts).toBeGreaterThan(1);
@@ -165,7 +165,7 @@ describe('idempotentFetch retry rules', () => {
     const error = await idempotentFetch(
       server.url,
       { method: 'POST' },
-      { key: 'k-gone', deadlineMs: 300, ...quick },
+      { key: 'k-gone', deadline: 300, ...quick },
     ).catch((e) => e);
     expect(error.code).toBe('RETRIES_EXHAUSTED');
     expect(error.cause).toBeInstanceOf(Error);
@@ -177,7 +177,7 @@ describe('idempotentFetch retry rules', () => {
       const answer = await idempotentFetch(
         server.url,
         { method: 'POST' },
-        { key: 'k-hung', attemptTimeoutMs: 200, ...quick },
+        { key: 'k-hung', attemptTimeout: 200, ...quick },
       );
       expect([answer.response.status, answer.attempts]).toEqual([200, 2]);
       const aborted = new AbortController();

@@ -62,7 +62,7 @@ describe.each(hostTargets())('host on $name with a manual clock', ({ target, cle
       },
     };
     const { host, close } = await hostOf(target(), clock, {
-      config: { events: { baseDelayMs: 60_000 } },
+      config: { events: { backoff: '1m' } },
       consumers: { 'shop/order.paid': flaky },
     });
     try {
@@ -112,7 +112,7 @@ describe.each(hostTargets())('host on $name with a manual clock', ({ target, cle
     let stalled = false;
     let resume: () => void = () => undefined;
     const stuck = new OutboxRelay(db, {
-      leaseMs: 30_000,
+      lease: '30s',
       clock,
       target: {
         deliver: () =>

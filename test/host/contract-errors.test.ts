@@ -29,7 +29,7 @@ const ship = defineFlow('ship', { seed: ['orderId'] }, async (_run, input: { ord
 }));
 
 const APP: TestApp = {
-  config: { events: { maxAttempts: 3, baseDelayMs: 10 } },
+  config: { events: { maxAttempts: 3, backoff: 10 } },
   schemaSql: SCHEMA,
   flows: [ship],
   handlers: {

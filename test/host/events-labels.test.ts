@@ -24,7 +24,7 @@ for (const { name, target, cleanup } of hostTargets())
         schemaSql: 'CREATE TABLE IF NOT EXISTS effects (event_id TEXT PRIMARY KEY)',
         config: {
           sources: { [source]: { kind: 'id-field', idField: 'id', typeField: 'type', unsigned: true } },
-          events: { baseDelayMs: 5 },
+          events: { backoff: 5 },
         },
         consumers: {
           [`${source}/order.paid`]: {

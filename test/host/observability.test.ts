@@ -36,7 +36,7 @@ function mixApp(
   const app: TestApp = {
     config: {
       sources: { shop: { kind: 'id-field', idField: 'id', typeField: 'type', unsigned: true } },
-      events: { maxAttempts: 2, baseDelayMs: 1 },
+      events: { maxAttempts: 2, backoff: 1 },
       logger: observed.logger,
       onDecision: observed.onDecision,
     },

@@ -67,7 +67,7 @@ const locked: HandlerModule = {
 };
 
 const APP: TestApp = {
-  config: { timeout: '5s', events: { maxAttempts: 3, baseDelayMs: 10, leaseMs: 10_000 } },
+  config: { timeout: '5s', events: { maxAttempts: 3, backoff: 10, lease: '10s' } },
   schemaSql: SCHEMA,
   handlers: { 'work.slow': slow, 'work.long': long, 'work.fast': fast, 'work.locked': locked },
   consumers: { 'jobs/flaky': flakyConsumer },

@@ -208,8 +208,8 @@ for (const { name, target, cleanup } of hostTargets())
             if (failures-- > 0) throw new Error('the gateway is down');
           },
         },
-        baseDelayMs: 1,
-        maxDelayMs: 1,
+        backoff: 1,
+        maxBackoff: 1,
         totals: new Totals(db, metrics),
       });
       await until(

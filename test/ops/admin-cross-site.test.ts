@@ -111,7 +111,7 @@ describe.each(HOSTS)(
     );
     const wait = defineFlow<{ id: string }, unknown>('await', { seed: ['id'] }, async (run) => run.waitFor('go'));
     const app = {
-      config: { events: { maxAttempts: 1, baseDelayMs: 10 } },
+      config: { events: { maxAttempts: 1, backoff: 10 } },
       consumers: {
         'shop/order.paid': {
           handle: () => {

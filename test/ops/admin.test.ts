@@ -103,7 +103,7 @@ describe.each(hostTargets())('admin API on $name', ({ target: makeTarget, cleanu
       {
         schemaSql: 'CREATE TABLE ledger (id INTEGER PRIMARY KEY, order_id TEXT NOT NULL, kind TEXT NOT NULL);',
         config: {
-          events: { maxAttempts: 1, baseDelayMs: 10 },
+          events: { maxAttempts: 1, backoff: 10 },
           effects: [{ table: 'ledger', by: ['orderId', 'kind'] }],
           duplicateScan: false,
         },

@@ -51,7 +51,7 @@ describe('faultProxy', () => {
     const isPost = (r: { method: string }) => r.method === 'POST';
     const { downstream, proxy, post } = await setUp([
       { nth: 1, fault: 'unavailable', match: isPost },
-      { nth: 2, fault: 'delay', delayMs: 300, match: isPost },
+      { nth: 2, fault: 'delay', delay: 300, match: isPost },
     ]);
     const refused = await post('k');
     expect(refused.status).toBe(503);

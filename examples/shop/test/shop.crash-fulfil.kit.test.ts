@@ -26,7 +26,7 @@ describe('the shop handler orders.fulfil killed at every crash window', () => {
       action: 'POST orders.fulfil',
       // orders.fulfil leases for 5 s: the four windows wait it out together.
       parallel: true,
-      retryForMs: 30_000,
+      retryFor: '30s',
       input: (w) => ({ db, handler: 'orders.fulfil', key: `fulfil-${w}`, body: { orderId: orders[w] } }),
       effects: (w) => count(db, 'SELECT count(*) AS n FROM oncely_flows WHERE biz_id LIKE ?', `%${orders[w]}%`),
     });

@@ -56,6 +56,6 @@ if (job.mode === 'inbox') {
       return never;
     },
   };
-  new OutboxRelay(db, { target, leaseMs: job.leaseMs, pollMs: 20 }).start();
+  new OutboxRelay(db, { target, lease: job.leaseMs, poll: 20 }).start();
 }
 console.log('ready');

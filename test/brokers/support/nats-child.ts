@@ -24,7 +24,7 @@ const db = await openDb(job.db);
 if (job.job === 'inbox') {
   const events = new EventQueue(db, { consumerFor: () => undefined });
   await events.migrate();
-  const real = natsSource({ name: job.source, stream: job.stream, durable: job.durable, ackWaitMs: 1_000 });
+  const real = natsSource({ name: job.source, stream: job.stream, durable: job.durable, ackWait: '1s' });
   // The batch committed (the inbox acks only after its commit): dies before any ack is sent.
   const source: BrokerSource = {
     name: real.name,
@@ -58,7 +58,7 @@ if (job.job === 'inbox') {
       close: () => real.close(),
       status: () => real.status(),
     },
-    { leaseMs: 200 },
+    { lease: 200 },
   );
   relay.start();
   process.stdout.write('ready\n');

@@ -35,13 +35,13 @@ await startHost(
           durable: 'storm',
           subject: job.subject,
           capacity: 64,
-          ackWaitMs: 2_000,
+          ackWait: '2s',
         },
         // The queue exists (declared by the test); its type property names the event type.
         rabbit: { kind: 'rabbitmq', url: job.rabbitmq, queue: job.queue, capacity: 64 },
       },
       // A killed host's claimed events come back after this.
-      events: { leaseMs: 2_000, baseDelayMs: 20 },
+      events: { lease: '2s', backoff: 20 },
     },
     consumers: { [`jetstream/${job.type}`]: effect, 'rabbit/order.paid': effect },
   },

@@ -4,5 +4,5 @@ import type { HostConfig } from '../../../src/host/index.js';
 export default {
   sources: { hooks: { kind: 'id-field', idField: 'id', typeField: 'type', unsigned: true } },
   tenant: (headers) => headers['x-account'],
-  events: { maxAttempts: 1, baseDelayMs: 10, leaseMs: 1_000 },
+  events: { maxAttempts: 1, backoff: 10, lease: '1s' },
 } satisfies HostConfig;

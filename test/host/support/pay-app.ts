@@ -35,7 +35,7 @@ export function payApp(options: PayOptions): TestApp {
   return {
     schemaSql: PAY_SCHEMA,
     // Short leases and backoff, many attempts: a killed worker's event is soon claimed again, never dead-lettered here.
-    config: { events: { leaseMs: options.lease, baseDelayMs: 50, maxAttempts: 1000 } },
+    config: { events: { lease: options.lease, backoff: 50, maxAttempts: 1000 } },
     handlers: {
       'pay.charge': {
         ...claim,

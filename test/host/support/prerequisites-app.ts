@@ -102,7 +102,7 @@ export function shop(requiresWithin: Duration, runs: Map<string, number>, option
     schemaSql: SCHEMA,
     consumers,
     config: {
-      events: { baseDelayMs: 20, maxAttempts: 2, ...(options.leaseMs ? { leaseMs: options.leaseMs } : {}) },
+      events: { backoff: 20, maxAttempts: 2, ...(options.leaseMs ? { lease: options.leaseMs } : {}) },
       retention: { events: '1ms', every: '1h' },
     },
   };

@@ -93,8 +93,8 @@ describe('redis cluster specifics', () => {
   it('fails a write no replica acknowledged with STORE_UNAVAILABLE, and never runs the function', async () => {
     // Each master has one replica: two can never acknowledge. Both ways of giving the cluster.
     for (const store of [
-      redisStore({ cluster: cluster.nodes, prefix: `${prefix}two:`, replicas: 2, timeoutMs: 400 }),
-      redisStore({ client, prefix: `${prefix}two-client:`, replicas: 2, timeoutMs: 400 }),
+      redisStore({ cluster: cluster.nodes, prefix: `${prefix}two:`, replicas: 2, timeout: 400 }),
+      redisStore({ client, prefix: `${prefix}two-client:`, replicas: 2, timeout: 400 }),
     ]) {
       const once = await createOncely({ store });
       let runs = 0;

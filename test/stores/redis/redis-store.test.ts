@@ -279,7 +279,7 @@ describe('redis store', () => {
 
   it('defect 11.9: a store blip at completion does not re-run the effect: the completion is retried and lands', async () => {
     const proxy = await redisProxy();
-    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeoutMs: 100 });
+    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeout: 100 });
     const once = await createOncely({ store, defaults: { lease: '5s' } });
     let runs = 0;
     const charge = () =>
@@ -304,7 +304,7 @@ describe('redis store', () => {
 
   it('defect 11.9: a longer outage at completion is OUTCOME_NOT_STORED carrying the value, never "nothing ran"', async () => {
     const proxy = await redisProxy();
-    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeoutMs: 100 });
+    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeout: 100 });
     const once = await createOncely({ store, defaults: { lease: '5s', completionRetry: 300 } });
     const key = `outage-${++n}`;
     const error = await once
@@ -608,9 +608,9 @@ describe('redis store batches', () => {
     },
   );
 
-  it('fails a call Redis does not answer within timeoutMs, connecting included, then connects afresh', async () => {
+  it('fails a call Redis does not answer within its timeout, connecting included, then connects afresh', async () => {
     const proxy = await redisProxy();
-    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeoutMs: 300 });
+    const store = redisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix, timeout: 300 });
     try {
       const r = record();
       expect((await store.insertOrGet(r)).inserted).toBe(true);

@@ -60,7 +60,7 @@ describe('sqlite specifics', () => {
 
   it('defect 11.9: a store blip at completion does not re-run the effect: the completion is retried and lands', async () => {
     const path = join(dir, 'blip.db');
-    const once = await createOncely({ store: sqliteStore({ path, busyTimeoutMs: 20 }), defaults: { lease: '5s' } });
+    const once = await createOncely({ store: sqliteStore({ path, busyTimeout: 20 }), defaults: { lease: '5s' } });
     const blocker = new Database(path);
     let runs = 0;
     const charge = () =>
@@ -85,7 +85,7 @@ describe('sqlite specifics', () => {
   it('defect 11.9: a longer outage at completion is OUTCOME_NOT_STORED carrying the value, never "nothing ran"', async () => {
     const path = join(dir, 'outage.db');
     const once = await createOncely({
-      store: sqliteStore({ path, busyTimeoutMs: 20 }),
+      store: sqliteStore({ path, busyTimeout: 20 }),
       defaults: { lease: '5s', completionRetry: 200 },
     });
     const blocker = new Database(path);
@@ -104,7 +104,7 @@ describe('sqlite specifics', () => {
 
   it('reports a store that cannot write as STORE_UNAVAILABLE and never runs the function', async () => {
     const path = join(dir, 'locked.db');
-    const once = await createOncely({ store: sqliteStore({ path, busyTimeoutMs: 50 }) });
+    const once = await createOncely({ store: sqliteStore({ path, busyTimeout: 50 }) });
     const blocker = new Database(path);
     blocker.exec('BEGIN EXCLUSIVE');
     let runs = 0;
