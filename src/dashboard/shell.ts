@@ -1,19 +1,36 @@
 /**
- * The dashboard's static shell: one HTML page, its script and its style, read from
- * `src/dashboard/assets/` (shipped in the package beside dist, so both the sources and the build
- * find them at the same relative path). It holds no data: every number on the page comes from the
- * admin API, under that API's protection, so the shell itself may be public.
+ * The dashboard's static shell: one HTML page, its style and its script modules. Their sources are
+ * in `src/dashboard/assets/`; the build compiles the page's TypeScript to ES modules in
+ * `dist/dashboard/assets/` and copies index.html and app.css beside them. The shell holds no data:
+ * every number on the page comes from the admin API, under that API's protection, so the shell
+ * itself may be public.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { extname } from 'node:path';
 import { Hono } from 'hono';
 
-const ASSETS = new URL('../../src/dashboard/assets/', import.meta.url);
+// Always the build's folder: from dist/dashboard/shell.js this is its own assets/ beside it; from
+// the sources (vitest, tsx) it is the last build's. One path, and the page served is always the
+// compiled one a user gets: a browser cannot run the .ts sources.
+const ASSETS = new URL('../../dist/dashboard/assets/', import.meta.url);
 const read = (name: string) => readFileSync(new URL(name, ASSETS), 'utf8');
+const TYPES: Record<string, string> = {
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+};
 
-// Read once per process: the files never change under a running host.
-let assets: { html: string; js: string; css: string } | undefined;
+// Read once per process, at the first request: the files never change under a running host.
+let assets: { html: string; files: Map<string, { body: string; type: string }> } | undefined;
 const loaded = () => {
-  assets ??= { html: read('index.html'), js: read('app.js'), css: read('app.css') };
+  assets ??= {
+    html: read('index.html'),
+    files: new Map(
+      readdirSync(ASSETS).flatMap((name) => {
+        const type = TYPES[extname(name)];
+        return type ? [[name, { body: read(name), type }] as const] : [];
+      }),
+    ),
+  };
   return assets;
 };
 
@@ -43,11 +60,10 @@ export function dashboardShell({ base, api }: ShellOptions): Hono {
   app.get(`${base}/`, (c) =>
     c.body(loaded().html.replace('%API%', api), 200, { ...HEADERS, 'content-type': 'text/html; charset=utf-8' }),
   );
-  app.get(`${base}/app.js`, (c) =>
-    c.body(loaded().js, 200, { ...HEADERS, 'content-type': 'text/javascript; charset=utf-8' }),
-  );
-  app.get(`${base}/app.css`, (c) =>
-    c.body(loaded().css, 200, { ...HEADERS, 'content-type': 'text/css; charset=utf-8' }),
-  );
+  // The style and the page's modules (app.js imports its siblings); any other name is not the shell's.
+  app.get(`${base}/:name`, (c, next) => {
+    const file = loaded().files.get(c.req.param('name'));
+    return file ? c.body(file.body, 200, { ...HEADERS, 'content-type': file.type }) : next();
+  });
   return app;
 }

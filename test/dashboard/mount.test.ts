@@ -98,6 +98,26 @@ describe('the dashboard mounted in Hono, Express and Fastify', () => {
     return { status: res.status, text: await res.text(), type: res.headers.get('content-type') ?? '' };
   };
 
+  /** The page's script modules as the browser loads them: app.js, then what each imports (siblings only). */
+  const modules = async (base: string, dir: string) => {
+    const loaded: { name: string; text: string }[] = [];
+    for (const wanted = ['app.js']; wanted.length > 0; ) {
+      const name = wanted.shift() as string;
+      if (loaded.some((m) => m.name === name)) continue;
+      const script = await call(base, `${dir}${name}`, { token: null });
+      expect(script.status, name).toBe(200);
+      expect(script.type).toContain('text/javascript');
+      loaded.push({ name, text: script.text });
+      for (const [, specifier] of script.text.matchAll(
+        /^(?:import|export)(?:\s[\w\s{},*$]+\sfrom)?\s*['"]([^'"]+)['"]/gm,
+      )) {
+        expect(specifier, `an import of ${name}`).toMatch(/^\.\/[\w-]+\.js$/);
+        wanted.push((specifier as string).slice(2));
+      }
+    }
+    return loaded;
+  };
+
   it.each([
     ['Hono', hono],
     ['Express', expressApp],
@@ -108,13 +128,14 @@ describe('the dashboard mounted in Hono, Express and Fastify', () => {
     expect(page.status).toBe(200);
     expect(page.type).toContain('text/html');
     expect(page.text).toContain('data-api="/ops/api"');
-    const script = await call(base, '/ops/app.js', { token: null });
     const style = await call(base, '/ops/app.css', { token: null });
-    expect(script.type).toContain('text/javascript');
     expect(style.type).toContain('text/css');
+    const scripts = await modules(base, '/ops/');
+    expect(scripts.map((s) => s.name)).toContain('api.js');
     // Small: the whole page is under 40 kB before compression, and fetches nothing from elsewhere.
-    expect(page.text.length + script.text.length + style.text.length).toBeLessThan(40_000);
-    expect(`${page.text}${script.text}${style.text}`).not.toMatch(/https?:\/\/(?!www\.w3\.org\/2000\/svg)/);
+    const whole = [page.text, style.text, ...scripts.map((s) => s.text)].join('');
+    expect(whole.length).toBeLessThan(40_000);
+    expect(whole).not.toMatch(/https?:\/\/(?!www\.w3\.org\/2000\/svg)/);
     const overview = await call(base, '/ops/api/overview');
     expect(overview.status).toBe(200);
     expect(JSON.parse(overview.text).data.records).toEqual({ succeeded: 3 });

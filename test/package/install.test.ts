@@ -140,6 +140,11 @@ describe('oncely installed from its tarball', () => {
       /oncely_calls_total\{surface="handler",action="POST orders\.create",outcome="replayed"\} 1/,
     );
 
+    // The dashboard from the package alone (src/ is not shipped): its page and the modules it loads.
+    expect(await (await fetch(`${base}/oncely/`)).text()).toContain('<script type="module" src="app.js">');
+    for (const module of ['app.js', 'api.js'])
+      expect((await fetch(`${base}/oncely/${module}`)).headers.get('content-type')).toContain('text/javascript');
+
     // A signed webhook from `oncely sign`, delivered twice: accepted, then a duplicate.
     const event = '{"type":"payment.succeeded","data":{"orderId":"ORD-1","amountCents":4200}}';
     const signed = await ws.run('npx', [
