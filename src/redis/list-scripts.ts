@@ -8,6 +8,7 @@ import { INDEXED_STATES, script } from './scripts.js';
 // Both take the same filters first:
 // ARGV 1. the state ('' any); 2. the tenant as '=' .. tenant ('' any); 3. the action, the same;
 //      4. updatedBefore in epoch ms ('' none); 5. the most records to answer.
+// and go on from a cursor given on a node (ARGV 6 and 8), answering their own node last.
 //
 // A member (the key past `<prefix>r:`) is `<len>:<tenant>:<len>:<action>:<key>` with the lengths
 // in UTF-16 units (recordKey in codec.ts), which `split` walks in UTF-8 bytes: one unit per
@@ -64,6 +65,18 @@ local function fits(m, updated)
   if before and tonumber(updated) > before then return false end
   return named(m)
 end
+-- A SCAN or SSCAN cursor is a place in one process's hash table, laid out by a hash seed each
+-- process draws at start: on another node (a replica a failover promoted, a restarted Redis) it
+-- is no place at all, and going on from it would skip keys and repeat others. So a cursor comes
+-- with the first digits of the run id of the node that gave it (ARGV[8], '' unknown), and a scan
+-- under way that was given on another node starts over: records may come again, none is skipped.
+-- A node that refuses INFO (an ACL) answers '' and is never checked.
+local info = redis.pcall('INFO', 'server')
+local node = type(info) == 'string' and string.match(info, 'run_id:(%x%x%x%x%x%x%x%x)') or ''
+local function resume(cursor)
+  if cursor ~= '' and node ~= '' and ARGV[8] ~= '' and ARGV[8] ~= node then return '0' end
+  return cursor
+end
 `;
 
 /**
@@ -90,10 +103,10 @@ export const SCAN_COUNT_MAX = 1_000;
  *
  * KEYS: the index key of the state.
  * ARGV: the filters (1 to 5, the state that of the index); 6. the SSCAN cursor ('0' to start, ''
- *   when the scan is done); 7. the start of the member every record must have ('' any); 8 on.
- *   pending members.
- * Answers: the SSCAN cursor ('' when done), the pending members, and the records as member,
- *   value, member, value... (members are record keys past `<prefix>r:`).
+ *   when the scan is done); 7. the start of the member every record must have ('' any); 8. the
+ *   node of the cursor; 9 on. pending members.
+ * Answers: the SSCAN cursor ('' when done), the pending members, the records as member, value,
+ *   member, value... (members are record keys past `<prefix>r:`), and the node.
  */
 export const LIST_INDEX = script(`${FILTERS}
 local key = KEYS[1]
@@ -110,9 +123,9 @@ local function take(k)
     n = n + 1
   end
 end
-for i = 8, #ARGV do take(prefix .. 'r:' .. ARGV[i]) end
+for i = 9, #ARGV do take(prefix .. 'r:' .. ARGV[i]) end
 local pattern = glob(prefix .. 'r:' .. ARGV[7]) .. '*'
-local cursor, visited = ARGV[6], 0
+local cursor, visited = resume(ARGV[6]), 0
 while cursor ~= '' and n < limit and visited < ${INDEX_BUDGET} do
   local count = math.min(math.max(limit - n, 10), ${SCAN_COUNT_MAX})
   local found = redis.call('SSCAN', key, cursor, 'MATCH', pattern, 'COUNT', count)
@@ -121,7 +134,7 @@ while cursor ~= '' and n < limit and visited < ${INDEX_BUDGET} do
   if cursor == '0' then cursor = '' end
   for _, k in ipairs(found[2]) do take(k) end
 end
-return { cursor, pending, out }
+return { cursor, pending, out, node }
 `);
 
 /**
@@ -134,9 +147,10 @@ return { cursor, pending, out }
  *
  * KEYS: an index key (only to learn the prefix; no index is read).
  * ARGV: the filters (1 to 5); 6. the SCAN cursor ('0' to start, '' when the scan is done);
- *   7. the start of the member every record must have ('' any); 8 on. pending members.
- * Answers: the SCAN cursor ('' when done), the pending members, and the records as member,
- *   value, member, value...
+ *   7. the start of the member every record must have ('' any); 8. the node of the cursor; 9 on.
+ *   pending members.
+ * Answers: the SCAN cursor ('' when done), the pending members, the records as member, value,
+ *   member, value..., and the node.
  */
 export const LIST_SCAN = script(`${FILTERS}
 local out, pending, n, fitted = {}, {}, 0, 0
@@ -158,10 +172,10 @@ local function take(m, k)
   out[#out + 1] = value
   n = n + 1
 end
-for i = 8, #ARGV do take(ARGV[i], prefix .. 'r:' .. ARGV[i]) end
+for i = 9, #ARGV do take(ARGV[i], prefix .. 'r:' .. ARGV[i]) end
 fitted = 0
 local pattern = glob(prefix .. 'r:' .. ARGV[7]) .. '*'
-local cursor, visited = ARGV[6], 0
+local cursor, visited = resume(ARGV[6]), 0
 while cursor ~= '' and n < limit and visited < ${SCAN_BUDGET} do
   local count = math.min(math.max(math.ceil((limit - n) * (visited + 1) / (fitted + 1)), 10), ${SCAN_COUNT_MAX})
   local found = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', count)
@@ -170,7 +184,7 @@ while cursor ~= '' and n < limit and visited < ${SCAN_BUDGET} do
   if cursor == '0' then cursor = '' end
   for _, k in ipairs(found[2]) do take(string.sub(k, skip), k) end
 end
-return { cursor, pending, out }
+return { cursor, pending, out, node }
 `);
 
 /**

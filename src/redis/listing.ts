@@ -15,15 +15,18 @@ export interface ListRequest {
 
 /**
  * Where a listing goes on: by index (SSCAN, `index`) or by SCAN, at each shard's cursor in `at`
- * ('0' from its start, '' when its scan is done), and after the pending members `p` of shard `k`
- * (the members a run found past its page, unread). A single Redis is one shard; a cluster has
- * SHARDS (cluster.ts), each scanned on its own: a shard whose run answered nothing moves on even
- * when another shard filled the page, so a sparse listing reads each shard's part of the keyspace
- * once, and only the shard where a page ends holds pending members.
+ * ('0' from its start, '' when its scan is done) on the node `n` that gave it (the first digits
+ * of its run id, '' unknown), and after the pending members `p` of shard `k` (the members a run
+ * found past its page, unread). A single Redis is one shard; a cluster has SHARDS (cluster.ts),
+ * each scanned on its own: a shard whose run answered nothing moves on even when another shard
+ * filled the page, so a sparse listing reads each shard's part of the keyspace once, and only the
+ * shard where a page ends holds pending members. A cursor is a place in one node's hash table
+ * (see list-scripts.ts), so a shard's scan that goes on on another node starts over.
  */
 export interface ListState {
   index: boolean;
   at: string[];
+  n: string[];
   p: string[];
   k: number;
 }
@@ -37,6 +40,7 @@ const LIMIT_MAX = 1_000;
  */
 export const LIST_TIME_BUDGET_MS = 5_000;
 const SCAN_CURSOR = /^(0|[1-9][0-9]*)?$/;
+const NODE = /^[0-9a-f]*$/;
 
 /** A record's name in listings and cursors: its key past `<prefix>r:` (see recordKey in codec.ts). */
 export function memberOf(id: RecordId): string {
@@ -65,8 +69,9 @@ function part(m: string, at: number): { text: string; end: number } | null {
 }
 
 /**
- * A cursor's text on a single Redis is `{ i | s: <SSCAN or SCAN cursor>, p }`, as it always was;
- * on a cluster `{ i | s: <a cursor per shard>, p, k }`.
+ * A cursor's text on a single Redis is `{ i | s: <SSCAN or SCAN cursor>, p, n: <node> }`; on a
+ * cluster `{ i | s: <a cursor per shard>, p, k, n: <a node per shard> }`. A cursor of a version
+ * that kept no nodes (no `n`) is read too, its nodes unknown.
  */
 function decodeListCursor(text: string, shards: number): ListState {
   const value = decodeCursor(text);
@@ -77,12 +82,16 @@ function decodeListCursor(text: string, shards: number): ListState {
   const sharded = shards > 1;
   const at = sharded ? raw : [raw];
   const k = sharded ? c.k : 0;
+  const n = c.n === undefined ? Array(shards).fill('') : sharded ? c.n : [c.n];
   if (
-    Object.keys(value).length === (sharded ? 3 : 2) &&
+    Object.keys(value).length === (sharded ? 3 : 2) + (c.n === undefined ? 0 : 1) &&
     (typeof c.i === 'undefined') !== (typeof c.s === 'undefined') &&
     Array.isArray(at) &&
     at.length === shards &&
     at.every((a) => typeof a === 'string' && SCAN_CURSOR.test(a)) &&
+    Array.isArray(n) &&
+    n.length === shards &&
+    n.every((node) => typeof node === 'string' && NODE.test(node)) &&
     Number.isInteger(k) &&
     (k as number) >= 0 &&
     (k as number) < shards &&
@@ -90,15 +99,20 @@ function decodeListCursor(text: string, shards: number): ListState {
     c.p.every((m) => typeof m === 'string' && parseMember(m)) &&
     (at as string[]).some((a, shard) => a !== '' || (shard === k && (c.p as string[]).length > 0))
   )
-    return { index, at: at as string[], p: c.p as string[], k: k as number };
+    return { index, at: at as string[], n: n as string[], p: c.p as string[], k: k as number };
   throw invalidCursor();
 }
 
 /** The cursor of `state`, or null when every shard is done. */
 export function listCursor(state: ListState): string | null {
   if (openShards(state).length === 0) return null;
-  const at = state.at.length > 1 ? state.at : state.at[0];
-  return encodeCursor({ [state.index ? 'i' : 's']: at, p: state.p, ...(state.at.length > 1 ? { k: state.k } : {}) });
+  const sharded = state.at.length > 1;
+  return encodeCursor({
+    [state.index ? 'i' : 's']: sharded ? state.at : state.at[0],
+    p: state.p,
+    ...(sharded ? { k: state.k } : {}),
+    n: sharded ? state.n : state.n[0],
+  });
 }
 
 /** The shards whose listing is not done, the one with pending members first. */
@@ -119,7 +133,7 @@ export function listState(query: RecordQuery, shards: number): ListState {
   if (updatedBefore !== undefined && !Number.isFinite(updatedBefore))
     throw new InvalidArgumentError('redis store: updatedBefore must be a number of epoch ms');
   const index = state !== undefined && (INDEXED_STATES as readonly string[]).includes(state);
-  if (query.cursor === undefined) return { index, at: Array(shards).fill('0'), p: [], k: 0 };
+  if (query.cursor === undefined) return { index, at: Array(shards).fill('0'), n: Array(shards).fill(''), p: [], k: 0 };
   const cursor = decodeListCursor(query.cursor, shards);
   if (cursor.index !== index) throw invalidCursor();
   return cursor;
@@ -127,7 +141,7 @@ export function listState(query: RecordQuery, shards: number): ListState {
 
 /**
  * The script run of `query` on shard `shard` (its keys under `prefix`), up to `limit` records:
- * from the shard's cursor in `state`, its pending members read first.
+ * from the shard's cursor in `state` (from its start on another node), its pending members read first.
  */
 export function listRequest(
   prefix: string,
@@ -151,7 +165,7 @@ export function listRequest(
       : `${tenant.length}:${tenant}:${action === undefined ? '' : `${action.length}:${action}:`}`;
   const script = state.index ? LIST_INDEX : LIST_SCAN;
   const key = `${prefix}i:${state.index ? query.state : INDEXED_STATES[0]}`;
-  const args = [script.sha, '1', key, ...filters, state.at[shard] as string, start];
+  const args = [script.sha, '1', key, ...filters, state.at[shard] as string, start, state.n[shard] as string];
   if (shard === state.k) args.push(...state.p);
   return { script, args, shard };
 }
@@ -174,7 +188,7 @@ export function takeReplies(
     const { shard } = requests[r] as ListRequest;
     const reply = replies[r];
     if (!Array.isArray(reply)) throw new Error(`redis listing answered ${typeof reply}`);
-    const [scan, pending, pairs] = reply as [unknown, unknown[], unknown[]];
+    const [scan, pending, pairs, node] = reply as [unknown, unknown[], unknown[], unknown];
     // A client with a Buffer type mapping answers Buffers: String() reads those too.
     const at = String(scan);
     const found: [string, StoredRecord][] = [];
@@ -189,6 +203,7 @@ export function takeReplies(
     const over = found.splice(limit - out.length).map(([m]) => m);
     out.push(...found.map(([, record]) => record));
     state.at[shard] = at;
+    state.n[shard] = String(node);
     if (shard === state.k) state.p = [];
     const p = [...over, ...pending.map(String)];
     if (p.length > 0) Object.assign(state, { p, k: shard });

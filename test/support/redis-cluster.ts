@@ -58,8 +58,10 @@ async function freePorts(count: number): Promise<number[]> {
  * Starts 6 `redis-server --cluster-enabled yes` on free loopback ports in a temporary folder, joins
  * them with `redis-cli --cluster create --cluster-replicas 1`, and waits until the cluster is ok and
  * every replica is in sync. Nothing is saved to disk: a killed master's data lives only in its replica.
+ * `nodeTimeoutMs` (default NODE_TIMEOUT_MS, for tests of a failover) is how long a busy master may
+ * be silent before its replica takes over.
  */
-export async function startCluster(): Promise<LocalCluster> {
+export async function startCluster({ nodeTimeoutMs = NODE_TIMEOUT_MS } = {}): Promise<LocalCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'oncely-cluster-'));
   const ports = await freePorts(6);
   const children = new Map<number, ChildProcess>();
@@ -76,7 +78,7 @@ export async function startCluster(): Promise<LocalCluster> {
         '--cluster-config-file',
         `nodes-${port}.conf`,
         '--cluster-node-timeout',
-        String(NODE_TIMEOUT_MS),
+        String(nodeTimeoutMs),
         '--dir',
         dir,
         '--save',

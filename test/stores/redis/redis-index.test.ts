@@ -1,5 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -378,6 +381,47 @@ describe('redis listing by SCAN', () => {
   });
 });
 
+describe('redis listing across a restart', () => {
+  it('starts a scan over on a restarted Redis, whose hash table is laid out anew: every record listed, none twice in a page', async () => {
+    const server = await privateRedis();
+    let store = redisStore({ url: server.url, prefix: 'oncely:' });
+    try {
+      const all = Array.from({ length: 600 }, (_, i) =>
+        i % 2
+          ? record({ key: `f-${i}`, state: 'failed', leaseUntil: null, result: `${i}` })
+          : record({ key: `u-${i}`, state: 'unknown', leaseUntil: null, expiresAt: null }),
+      );
+      await Promise.all(all.map((r) => store.insertOrGet(r)));
+      // By SCAN, and by SSCAN of the index: both cursors are places in one process's tables.
+      for (const query of [{ limit: 40 }, { state: 'unknown' as const, limit: 40 }]) {
+        const pages: string[][] = [];
+        let cursor: string | undefined;
+        do {
+          if (pages.length === 3) {
+            await server.restart();
+            // A new process: the store's own client does not reconnect, another store goes on from the cursor.
+            await store.close();
+            store = redisStore({ url: server.url, prefix: 'oncely:' });
+          }
+          const page = await store.list(cursor === undefined ? query : { ...query, cursor });
+          pages.push(page.records.map(memberOf));
+          cursor = page.cursor ?? undefined;
+        } while (cursor !== undefined && pages.length < 100);
+        expect(cursor, JSON.stringify(query)).toBeUndefined();
+        for (const page of pages) expect(new Set(page).size, JSON.stringify(query)).toBe(page.length);
+        const listed = pages.flat();
+        const want = all.filter((r) => !query.state || r.state === query.state).map(memberOf);
+        expect(new Set(listed), JSON.stringify(query)).toEqual(new Set(want));
+        // The scan started over on the new process: the first pages' records came again.
+        expect(listed.length, JSON.stringify(query)).toBeGreaterThan(want.length);
+      }
+    } finally {
+      await store.close();
+      server.stop();
+    }
+  }, 60_000);
+});
+
 /** `INFO commandstats` as calls per command. */
 function commandCounts(info: string): Record<string, number> {
   const out: Record<string, number> = {};
@@ -385,18 +429,44 @@ function commandCounts(info: string): Record<string, number> {
   return out;
 }
 
-/** A redis-server of its own on a free port, without persistence. */
-async function privateRedis(): Promise<{ url: string; stop(): void }> {
+/**
+ * A redis-server of its own on a free port, saving nothing unless told. `restart` SAVEs, kills it
+ * and starts it again from that save: the same keys in a new process, with another run id and
+ * another hash seed.
+ */
+async function privateRedis(): Promise<{ url: string; restart(): Promise<void>; stop(): void }> {
   const port = await freePort();
-  const child: ChildProcess = spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
+  const dir = mkdtempSync(join(tmpdir(), 'oncely-redis-'));
   const url = `redis://127.0.0.1:${port}`;
-  await until(`the private redis-server on ${url} to accept connections`, async () => {
-    await (await connectTo(url)).close();
-    return true;
-  });
-  return { url, stop: () => child.kill('SIGKILL') };
+  const start = async () => {
+    const child: ChildProcess = spawn(
+      'redis-server',
+      ['--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir],
+      { stdio: 'ignore' },
+    );
+    await until(`the private redis-server on ${url} to accept connections`, async () => {
+      await (await connectTo(url)).close();
+      return true;
+    });
+    return child;
+  };
+  let child = await start();
+  return {
+    url,
+    async restart() {
+      const client = await connectTo(url);
+      await client.sendCommand(['SAVE']);
+      await client.close();
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGKILL');
+      await exited;
+      child = await start();
+    },
+    stop() {
+      child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
 
 async function connectTo(url: string) {
