@@ -62,9 +62,12 @@ async function call<T>(path: string, body?: object): Promise<T> {
   });
   const answer: { data?: unknown; error?: { code?: string; message?: string } } = await res
     .json()
-    .catch(() => ({ error: { code: 'BAD_ANSWER', message: `HTTP ${res.status}` } }));
+    // A proxy's error page is not the API's JSON: the status alone says what happened.
+    .catch(() => ({ error: { message: `HTTP ${res.status}, not a JSON answer` } }));
   if (res.status === 401 || res.status === 403) throw new Denied(answer.error?.message ?? `HTTP ${res.status}`);
-  if (!res.ok) throw new Error(`${answer.error?.code}: ${answer.error?.message}`);
+  const { code, message } = answer.error ?? {};
+  if (!res.ok) throw new Error(code ? `${code}: ${message}` : (message ?? `HTTP ${res.status}`));
+  if (!('data' in answer)) throw new Error(`HTTP ${res.status}, not a JSON answer`);
   // The one unchecked step: the server answers the shape its route's types say.
   return answer.data as T;
 }
