@@ -5,7 +5,7 @@
  * admin API, under that API's protection, so the shell itself may be public.
  */
 import { readFileSync } from 'node:fs';
-import { Hono } from 'hono';
+import type { Hono } from 'hono';
 
 const ASSETS = new URL('../../src/dashboard/assets/', import.meta.url);
 const read = (name: string) => readFileSync(new URL(name, ASSETS), 'utf8');
@@ -32,12 +32,17 @@ export interface ShellOptions {
   api: string;
 }
 
-/** The shell's routes under `base` (whole paths: mount with `app.route('/', dashboardShell(...))`). */
-export function dashboardShell({ base, api }: ShellOptions): Hono {
+/** Throws unless both paths are plain paths such as /oncely. */
+export function checkShellPaths({ base, api }: ShellOptions): void {
   for (const path of [base, api])
     if (!/^(\/[\w\-.]+)+$/.test(path))
       throw new TypeError(`a dashboard path must be a plain path such as /oncely, got ${path}`);
-  const app = new Hono();
+}
+
+/** The shell's routes under `base` (whole paths: mount with `app.route('/', dashboardShell(...))`), on the loaded hono module. */
+export function dashboardShell({ base, api }: ShellOptions, hono: typeof import('hono')): Hono {
+  checkShellPaths({ base, api });
+  const app = new hono.Hono();
   // Without the trailing slash the page's relative `app.js` would resolve one folder up.
   app.get(base, (c) => c.redirect(`${base}/`, 308));
   app.get(`${base}/`, (c) =>
