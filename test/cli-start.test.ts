@@ -1,14 +1,15 @@
 /** `oncely serve` refusing to start: one line saying what to change, and a non-zero exit. */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
 const CLI = 'dist/cli/main.js';
+const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
 
 /** An app folder with these files. */
 function app(files: Record<string, string>): string {
@@ -112,8 +113,68 @@ describe('oncely init', () => {
     expect(await refused(['init', dir])).toMatch(/already exist.*oncely init overwrites nothing/);
   });
 
+  it('in the clone, finds what serve needs installed already and installs nothing', async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), 'oncely-init-')), 'my-app');
+    const { stdout } = await run(process.execPath, [CLI, 'init', dir]);
+    expect(stdout).not.toMatch(/install/);
+    expect(stdout).toMatch(/^next: npx oncely serve /m);
+  });
+
+  it('in a project without oncely, prints the install line with --no-install, in the package manager that ran it', async () => {
+    const project = mkdtempSync(join(tmpdir(), 'oncely-init-project-'));
+    writeFileSync(join(project, 'package.json'), '{}\n');
+    mkdirSync(join(project, 'sub'));
+    const line = `oncely@${version} better-sqlite3@12 hono@4 @hono/node-server@2 tsx@4 prom-client@15`;
+    for (const [agent, command] of [
+      ['npm/11.19.1 node/v20.20.2 linux x64 workspaces/false', 'npm install'],
+      ['pnpm/9.12.0 npm/? node/v20.20.2 linux x64', 'pnpm add'],
+      ['yarn/4.5.0 npm/? node/v20.20.2 linux x64', 'yarn add'],
+      ['bun/1.1.30 npm/? node/v20.20.2 linux x64', 'bun add'],
+    ] as const) {
+      const app = `app-${command.split(' ')[0]}`;
+      // From a folder below the project: the install goes to the nearest package.json above.
+      const { stdout } = await run(process.execPath, [join(process.cwd(), CLI), 'init', app, '--no-install'], {
+        cwd: join(project, 'sub'),
+        env: { ...process.env, npm_config_user_agent: agent },
+      });
+      expect(stdout).toContain(`to serve the app, install what it needs (in ..): ${command} ${line}\n`);
+    }
+    // init wrote into the app's folder and the project's package.json is untouched.
+    expect(readFileSync(join(project, 'package.json'), 'utf8')).toBe('{}\n');
+  });
+
+  it('an install that cannot run fails with the line to run again, the app created', async () => {
+    const project = mkdtempSync(join(tmpdir(), 'oncely-init-project-'));
+    writeFileSync(join(project, 'package.json'), '{}\n');
+    // bun, as the user agent says, is not on this PATH.
+    const failed = await run(process.execPath, [join(process.cwd(), CLI), 'init', 'my-app'], {
+      cwd: project,
+      env: { ...process.env, npm_config_user_agent: 'bun/1.1.30', PATH: join(project, 'no-bin') },
+    }).then(
+      () => undefined,
+      (error: { code: number; stderr: string }) => error,
+    );
+    expect(failed?.code).toBe(1);
+    expect(failed?.stderr.trim()).toBe(
+      `oncely: bun add oncely@${version} better-sqlite3@12 hono@4 @hono/node-server@2 tsx@4 prom-client@15 failed (spawn bun ENOENT): the app is created, and oncely serve needs those packages; run it again`,
+    );
+    expect(existsSync(join(project, 'my-app', 'oncely.config.ts'))).toBe(true);
+  });
+
+  it('with no package.json here or above, creates none and prints what to run', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'oncely-init-bare-'));
+    // A package.json above the temporary folder would make it a project: this case needs none.
+    for (let at = dir; dirname(at) !== at; at = dirname(at))
+      expect(existsSync(join(dirname(at), 'package.json')), dirname(at)).toBe(false);
+    const { stdout } = await run(process.execPath, [join(process.cwd(), CLI), 'init', 'my-app'], { cwd: dir });
+    expect(stdout).toContain(
+      `no package.json here or above: to serve the app, install oncely with what it needs: npm install oncely@${version} better-sqlite3@12`,
+    );
+    expect(existsSync(join(dir, 'package.json'))).toBe(false);
+    expect(existsSync(join(dir, 'my-app', 'oncely.config.ts'))).toBe(true);
+  });
+
   it('prints the version of the package', async () => {
-    const { version } = (await import('../package.json', { with: { type: 'json' } })).default;
     expect((await run(process.execPath, [CLI, '--version'])).stdout.trim()).toBe(version);
   });
 });

@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
-import Database from 'better-sqlite3';
 import { sleep } from '../core/backoff.js';
+import { loadPeer } from '../core/peer.js';
 import { createOncely } from '../engine/engine.js';
 import { sqliteStore } from '../sqlite/index.js';
 
@@ -24,6 +24,8 @@ export interface DemoReport {
  * after the sender lost the response) to a handler that sends an SMS and writes a ledger line.
  */
 export async function runDemo(path: string, print: (line: string) => void): Promise<DemoReport> {
+  // `npm i oncely` brings no SQLite driver; `oncely init` installs it, as it does for `oncely serve`.
+  const { default: Database } = await loadPeer(() => import('better-sqlite3'), 'oncely demo', ['better-sqlite3@12']);
   for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
   const once = await createOncely({
     store: sqliteStore({ path }),

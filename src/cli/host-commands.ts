@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { OncelyError } from '../core/errors.js';
+import { loadPeer } from '../core/peer.js';
 import type { Host } from '../host/host.js';
 import { appDir, withDir } from './dir.js';
 
@@ -11,6 +12,12 @@ export interface HostOptions {
 
 /** Apps are TypeScript folders: their files load through tsx, registered only by commands that load an app. */
 export async function host(dir: string, options: HostOptions): Promise<Host> {
+  // All that a bare `npm i oncely` lacks for an app, in one line (`oncely init` installs it), not one package a try.
+  await loadPeer(() => Promise.all([import('tsx/esm/api'), import('hono'), import('@hono/node-server')]), 'the host', [
+    'tsx',
+    'hono',
+    '@hono/node-server',
+  ]);
   const [{ registerAppLoader }, { openHost }] = await Promise.all([
     import('./app-loader.js'),
     import('../host/open.js'),

@@ -26,12 +26,16 @@ program
 withDir(
   program
     .command('init')
-    .description('scaffold an app: config, schema.sql, a handler, a webhook source and its consumer, a README')
-    .argument('[dir]', 'app folder to create (default: .)'),
-).action(async (dir: string | undefined, options: { dir?: string }) => {
-  const { initApp } = await import('./init.js');
+    .description(
+      'scaffold an app (config, schema.sql, a handler, a webhook source and its consumer, a README) and install what serve needs',
+    )
+    .argument('[dir]', 'app folder to create (default: .)')
+    .option('--no-install', 'print the command that installs what `oncely serve` needs instead of running it'),
+).action(async (dir: string | undefined, options: { dir?: string; install: boolean }) => {
+  const [{ initApp }, { installHostPackages }] = await Promise.all([import('./init.js'), import('./host-packages.js')]);
   const target = appDir(dir, options);
   for (const file of initApp(target)) console.log(`created ${file}`);
+  await installHostPackages(process.cwd(), options.install, (line) => console.log(line));
   console.log(`next: npx oncely serve ${target}  (then read ${target}/README.md for requests to try)`);
 });
 

@@ -132,7 +132,7 @@ async function openStore(options: StoreOptions) {
   // Opening a missing path would create an empty file: a typo must not leave one behind.
   if (!existsSync(target)) throw new InvalidArgumentError(`no database at ${target}`);
   const [{ default: Database }, { sqliteStore }] = await Promise.all([
-    import('better-sqlite3'),
+    loadPeer(() => import('better-sqlite3'), 'a SQLite --db', ['better-sqlite3@12']),
     import('../sqlite/index.js'),
   ]);
   const probe = new Database(target, { readonly: true, fileMustExist: true });

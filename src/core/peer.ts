@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import { OncelyError } from './errors.js';
 
 const NOT_FOUND = /^Cannot find (?:package|module) '([^']+)'/;
@@ -15,9 +16,15 @@ export function missingPackage(error: unknown): string | undefined {
     .join('/');
 }
 
-/** The one error for an optional package that `what` needs and the app has not installed. */
+/** The package an install spec names: `better-sqlite3@12` is `better-sqlite3`. */
+const nameOf = (spec: string) => spec.replace(/(?!^)@.*$/, '');
+
+/**
+ * The one error for an optional package that `what` needs and the app has not installed. A spec
+ * may carry the major to install (`better-sqlite3@12`) where the latest would not fit.
+ */
 export function packageMissing(what: string, packages: readonly string[], cause?: unknown): OncelyError {
-  const names = packages.map((name) => `'${name}'`).join(' and ');
+  const names = packages.map((spec) => `'${nameOf(spec)}'`).join(' and ');
   return new OncelyError('PACKAGE_MISSING', `${what} needs ${names}: npm install ${packages.join(' ')}`, { cause });
 }
 
@@ -31,7 +38,25 @@ export async function loadPeer<T>(load: () => Promise<T>, what: string, packages
     return await load();
   } catch (error) {
     const missing = missingPackage(error);
-    if (missing !== undefined && packages.includes(missing)) throw packageMissing(what, packages, error);
+    if (missing !== undefined && packages.some((spec) => nameOf(spec) === missing))
+      throw packageMissing(what, packages, error);
+    throw error;
+  }
+}
+
+// Resolves from oncely's own folder, as the dynamic imports of loadPeer do.
+const require = createRequire(import.meta.url);
+
+/**
+ * Loads an optional peer at once, for the few synchronous calls that hand back the peer's own
+ * object (prom-client's default registry, a Hono app); loadPeer, at the first asynchronous use,
+ * is the rule. A missing package is PACKAGE_MISSING as there.
+ */
+export function requirePeer<T>(name: string, what: string): T {
+  try {
+    return require(name) as T;
+  } catch (error) {
+    if (missingPackage(error) === name) throw packageMissing(what, [name], error);
     throw error;
   }
 }

@@ -6,9 +6,9 @@
  * @example app.use(dashboardExpress({ url: process.env.DATABASE_URL, token: process.env.ONCELY_ADMIN_TOKEN }))
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { getRequestListener } from '@hono/node-server';
-import { Hono } from 'hono';
+import type { Hono } from 'hono';
 import { Metrics } from '../core/metrics.js';
+import { loadPeer, requirePeer } from '../core/peer.js';
 import { openDb } from '../db/index.js';
 import type { Db } from '../db/types.js';
 import { createOncely } from '../engine/engine.js';
@@ -21,7 +21,7 @@ import { adminRoutes } from '../ops/admin.js';
 import { migrateAdmin } from '../ops/admin-audit.js';
 import { adminToken } from '../ops/admin-auth.js';
 import { migrateSeries, sampleEveryMinute } from '../ops/series.js';
-import { dashboardShell } from './shell.js';
+import { checkShellPaths, dashboardShell } from './shell.js';
 
 /** Where the dashboard reads, who may use it, and where it is mounted. */
 export interface DashboardOptions {
@@ -51,11 +51,13 @@ export function dashboard(options: DashboardOptions): DashboardHandler {
   if (!options.db === !options.url) throw new TypeError('dashboard needs one of { db } or { url }');
   const basePath = (options.basePath ?? '/oncely').replace(/\/+$/, '');
   // Checked now, as the shell checks it: a bad path fails where the server is built.
-  const shell = dashboardShell({ base: basePath, api: `${basePath}/api` });
+  const paths = { base: basePath, api: `${basePath}/api` };
+  checkShellPaths(paths);
   // Read now: a bad token fails where the server is built, not at the first request.
   const token = adminToken(options.token);
   let stopSampling: (() => Promise<void>) | undefined;
   const built = (async () => {
+    const hono = await loadPeer(() => import('hono'), 'the dashboard', ['hono']);
     const db = options.db ?? (await openDb(options.url as string));
     const metrics = new Metrics();
     const totals = new Totals(db, metrics);
@@ -74,9 +76,9 @@ export function dashboard(options: DashboardOptions): DashboardHandler {
       return hostStats(totals);
     };
     if (options.sample) stopSampling = sampleEveryMinute(db, async () => (await stats()).rateTotals).stop;
-    const app = new Hono();
-    app.route(`${basePath}/api`, adminRoutes({ db, once, events, flows, stats, metrics, token }));
-    app.route('/', shell);
+    const app = new hono.Hono();
+    app.route(paths.api, adminRoutes({ db, once, events, flows, stats, metrics, token }, hono));
+    app.route('/', dashboardShell(paths, hono));
     return { app, db, once, totals };
   })();
   built.catch(() => undefined);
@@ -95,6 +97,8 @@ export function dashboard(options: DashboardOptions): DashboardHandler {
 
 /** For Hono: `app.route('/', dashboardHono({ ... }))`; answers `<basePath>` and everything under it. */
 export function dashboardHono(options: DashboardOptions | DashboardHandler): Hono {
+  // Synchronous, as the Hono app is handed back now; whoever mounts it has hono installed.
+  const { Hono } = requirePeer<typeof import('hono')>('hono', 'dashboardHono');
   const handler = typeof options === 'function' ? options : dashboard(options);
   const app = new Hono();
   const pass = (c: { req: { raw: Request }; env: unknown }) => handler(c.req.raw, c.env);
@@ -106,9 +110,12 @@ export function dashboardHono(options: DashboardOptions | DashboardHandler): Hon
 /** For Node servers and Express: a request listener that answers under `basePath` and calls `next` elsewhere. */
 export function dashboardExpress(
   options: DashboardOptions | DashboardHandler,
-): (req: IncomingMessage, res: ServerResponse, next?: () => void) => void {
+): (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void) => void {
   const handler = typeof options === 'function' ? options : dashboard(options);
-  const listener = getRequestListener(handler);
+  const listening = loadPeer(() => import('@hono/node-server'), 'dashboardExpress', ['@hono/node-server']).then(
+    ({ getRequestListener }) => getRequestListener(handler),
+  );
+  listening.catch(() => undefined); // answered at the first request under basePath
   const base = handler.basePath;
   return (req, res, next) => {
     // originalUrl: Express rewrites req.url under a mount path; the dashboard answers whole paths.
@@ -116,7 +123,10 @@ export function dashboardExpress(
     const path = url.split('?')[0] ?? '/';
     if (path === base || path.startsWith(`${base}/`)) {
       req.url = url;
-      void listener(req, res);
+      listening.then(
+        (listener) => listener(req, res),
+        (error: Error) => (next ? next(error) : res.writeHead(500).end(error.message)),
+      );
     } else if (next) next();
     else res.writeHead(404).end();
   };
@@ -140,8 +150,11 @@ interface FastifyLike {
  */
 export function dashboardFastify(options: DashboardOptions | DashboardHandler): (app: FastifyLike) => Promise<void> {
   const handler = typeof options === 'function' ? options : dashboard(options);
-  const listener = getRequestListener(handler);
   const plugin = async (app: FastifyLike) => {
+    const { getRequestListener } = await loadPeer(() => import('@hono/node-server'), 'dashboardFastify', [
+      '@hono/node-server',
+    ]);
+    const listener = getRequestListener(handler);
     app.removeAllContentTypeParsers();
     app.addContentTypeParser('*', (_req, _payload, done) => done(null));
     const pass = (req: { raw: IncomingMessage }, reply: { raw: ServerResponse; hijack(): void }) => {

@@ -7,7 +7,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { extname } from 'node:path';
-import { Hono } from 'hono';
+import type { Hono } from 'hono';
 
 // Always the build's folder: from dist/dashboard/shell.js this is its own assets/ beside it; from
 // the sources (vitest, tsx) it is the last build's. One path, and the page served is always the
@@ -49,12 +49,17 @@ export interface ShellOptions {
   api: string;
 }
 
-/** The shell's routes under `base` (whole paths: mount with `app.route('/', dashboardShell(...))`). */
-export function dashboardShell({ base, api }: ShellOptions): Hono {
+/** Throws unless both paths are plain paths such as /oncely. */
+export function checkShellPaths({ base, api }: ShellOptions): void {
   for (const path of [base, api])
     if (!/^(\/[\w\-.]+)+$/.test(path))
       throw new TypeError(`a dashboard path must be a plain path such as /oncely, got ${path}`);
-  const app = new Hono();
+}
+
+/** The shell's routes under `base` (whole paths: mount with `app.route('/', dashboardShell(...))`), on the loaded hono module. */
+export function dashboardShell({ base, api }: ShellOptions, hono: typeof import('hono')): Hono {
+  checkShellPaths({ base, api });
+  const app = new hono.Hono();
   // Without the trailing slash the page's relative `app.js` would resolve one folder up.
   app.get(base, (c) => c.redirect(`${base}/`, 308));
   app.get(`${base}/`, (c) =>

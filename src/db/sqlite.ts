@@ -1,7 +1,8 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { Lru } from '../core/lru.js';
+import { loadPeer } from '../core/peer.js';
 import { GroupCommit } from './group-commit.js';
 import { type Db, type Sql, STATEMENT_CACHE_MAX, type StatementCache } from './types.js';
 
@@ -29,7 +30,10 @@ function exact(rows: Row[]): Row[] {
  * transaction, so every statement and transaction of the process takes turns through a queue:
  * a statement issued while another caller's transaction is open would silently join it.
  */
-export function openSqlite(path: string): Db & StatementCache {
+export async function openSqlite(path: string): Promise<Db & StatementCache> {
+  const { default: Database } = await loadPeer(() => import('better-sqlite3'), 'a SQLite database', [
+    'better-sqlite3@12',
+  ]);
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('busy_timeout = 5000');

@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
-import { type ServerType, serve } from '@hono/node-server';
-import { Hono } from 'hono';
+import type { ServerType } from '@hono/node-server';
+import type { Hono } from 'hono';
 import type { Clock } from '../core/clock.js';
 import { toMs } from '../core/duration.js';
 import { ERRORS, OncelyError } from '../core/errors.js';
 import { Metrics } from '../core/metrics.js';
 import { Observer } from '../core/observer.js';
+import { loadPeer } from '../core/peer.js';
 import { contextFromHeaders, endSpan, startSpan, withContext } from '../core/tracing.js';
 import { dashboardShell } from '../dashboard/shell.js';
 import { migrate as migrateTables, migrationLock } from '../db/migrate.js';
@@ -102,6 +103,11 @@ const APP_SCHEMA_DDL =
 /** Builds the host of a loaded app on a database. `store` is the engine's record store on that same database. */
 export async function createHost(app: App, db: Db, store: RecordStore, options: HostOptions = {}): Promise<Host> {
   validateSources(app.config);
+  const [hono, { serve }] = await loadPeer(
+    () => Promise.all([import('hono'), import('@hono/node-server')]),
+    'the host',
+    ['hono', '@hono/node-server'],
+  );
   // Checked now: a bad retention fails at start, not at the first scheduled purge an hour later.
   const retention = retentionSettings(app.config.retention);
   const { duplicateScan } = app.config;
@@ -202,7 +208,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     if (!scrape) {
       // Loaded on the first scrape: a host nobody scrapes never loads prom-client.
       const [{ Registry }, { registerMetrics }] = await Promise.all([
-        import('prom-client'),
+        loadPeer(() => import('prom-client'), 'GET /metrics', ['prom-client']),
         import('../prometheus/index.js'),
       ]);
       const registry = new Registry();
@@ -212,7 +218,7 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
     return scrape();
   };
 
-  const http = new Hono();
+  const http = new hono.Hono();
   const send = (response: HttpResponse) =>
     new Response(response.body as Uint8Array<ArrayBuffer>, {
       status: response.status,
@@ -227,9 +233,9 @@ export async function createHost(app: App, db: Db, store: RecordStore, options: 
   http.get('/v1/stats', async (c) =>
     c.body(statsJson({ code: 0, data: await stats() }), 200, { 'content-type': 'application/json' }),
   );
-  http.route('/v1/admin', adminRoutes({ db, once, events, flows, stats, metrics, token }));
+  http.route('/v1/admin', adminRoutes({ db, once, events, flows, stats, metrics, token }, hono));
   // The dashboard's pages hold no data: each of its reads is an admin API call, under its protection.
-  http.route('/', dashboardShell({ base: '/oncely', api: '/v1/admin' }));
+  http.route('/', dashboardShell({ base: '/oncely', api: '/v1/admin' }, hono));
   http.get('/metrics', async (c) => {
     const { type, text } = await exposition();
     return c.body(text, 200, { 'content-type': type });

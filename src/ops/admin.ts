@@ -4,7 +4,7 @@
  * admin-auth.ts first, counted in `oncely_admin_actions_total{action,outcome}`, and every change is
  * written to the audit table (admin-audit.ts) before it runs and after it ends.
  */
-import { type Context, Hono } from 'hono';
+import type { Context, Hono } from 'hono';
 import { decideApproval, getApproval } from '../agent/approvals.js';
 import { type ErrorCode, OncelyError } from '../core/errors.js';
 import type { Metrics } from '../core/metrics.js';
@@ -103,10 +103,11 @@ function refuse(code: ErrorCode, message: string): never {
 }
 
 /**
- * The admin routes, to mount with `http.route('/v1/admin', adminRoutes(deps))`. Run
- * `migrateAdmin(db)` first (the host's migrate does): the audit table must exist.
+ * The admin routes, to mount with `http.route('/v1/admin', adminRoutes(deps, hono))`, on the hono
+ * module the caller loaded (an optional peer). Run `migrateAdmin(db)` first (the host's migrate
+ * does): the audit table must exist.
  */
-export function adminRoutes(deps: AdminDeps): Hono {
+export function adminRoutes(deps: AdminDeps, hono: typeof import('hono')): Hono {
   const { db, once, events, flows, metrics } = deps;
   // On SQLite the host's record store uses the Db's one connection outside its queue, where a
   // resolve could land inside (or roll back with) a handler's open transaction; a second connection
@@ -160,7 +161,7 @@ export function adminRoutes(deps: AdminDeps): Hono {
     return bodyObject(read.body);
   };
 
-  const app = new Hono();
+  const app = new hono.Hono();
   /** A route that only reads. */
   const read = (path: string, action: string, fn: (req: Req) => Promise<unknown>) =>
     app.get(path, async (c) => {

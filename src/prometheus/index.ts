@@ -8,9 +8,9 @@
  * import { registerMetrics } from 'oncely/prometheus';
  * registerMetrics(register); // then serve `await register.metrics()` on GET /metrics
  */
-import { createRequire } from 'node:module';
 import type { MetricValue, Registry } from 'prom-client';
 import { DURATION_BUCKETS, METRICS, type MetricName, type Metrics, processMetrics } from '../core/metrics.js';
+import { requirePeer } from '../core/peer.js';
 
 export {
   type CallOutcome,
@@ -31,7 +31,7 @@ type Labels = Record<string, string | number>;
  * cells or rates, or registering on a registry of one's own, loads no prom-client.
  */
 const globalRegistry = (): Registry =>
-  (createRequire(import.meta.url)('prom-client') as typeof import('prom-client')).register;
+  requirePeer<typeof import('prom-client')>('prom-client', 'registerMetrics').register;
 
 /**
  * Registers every oncely metric on `registry` (default prom-client's global one), read from

@@ -1,11 +1,11 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import Database from 'better-sqlite3';
 import { type Clock, systemClock } from '../core/clock.js';
 import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import type { Duration } from '../core/duration.js';
 import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError } from '../core/errors.js';
+import { loadPeer } from '../core/peer.js';
 import { absoluteRecord, type RecordId, type Settlement, type StoredRecord } from '../core/record.js';
 import { GroupCommit } from '../db/group-commit.js';
 import type {
@@ -66,16 +66,24 @@ const preparing = new WeakMap<SqliteDatabase, Promise<Statements>>();
 // host shares one SQLite file, so its clock (Date.now(), or the `clock` option) is the store's clock.
 const TIMES = ['leaseUntil', 'createdAt', 'updatedAt', 'completedAt', 'expiresAt'] as const;
 
+/** The store's connection and its group commit, once opened. */
+interface Connection {
+  db: SqliteDatabase;
+  writes: GroupCommit;
+}
+
 /**
  * Records in an embedded SQLite file, shared safely by the processes of one host (WAL, busy
  * timeout, write lock per commit). Concurrent writes from one process are committed together
- * (group commit), so a burst pays one fsync instead of one per statement.
+ * (group commit), so a burst pays one fsync instead of one per statement. The file is opened on
+ * the first call, where better-sqlite3 is loaded: an app on another store never installs it.
  */
 export class SqliteStore implements RecordStore {
   readonly kind = 'sqlite';
-  private readonly db: SqliteDatabase;
-  private readonly owned: boolean;
-  private readonly writes: GroupCommit;
+  private connection: Connection | undefined;
+  private opening: Promise<Connection> | undefined;
+  private readonly path: string | undefined;
+  private readonly pragmas: string[];
   private readonly clock: Clock;
 
   constructor(options: SqliteStoreOptions = {}) {
@@ -84,27 +92,26 @@ export class SqliteStore implements RecordStore {
     this.clock = options.clock ?? systemClock;
     if (durability !== 'full' && durability !== 'normal')
       throw new InvalidArgumentError("durability must be 'full' or 'normal'");
-    if (database) {
-      this.db = database;
-      this.owned = false;
-    } else {
-      if (path !== ':memory:' && !path.startsWith('file:')) mkdirSync(dirname(path), { recursive: true });
-      this.db = new Database(path) as unknown as SqliteDatabase;
-      this.owned = true;
-    }
-    this.db.pragma(`busy_timeout = ${busyTimeoutMs}`);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma(`synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`);
-    this.writes = new GroupCommit(this.db);
+    this.pragmas = [
+      `busy_timeout = ${busyTimeoutMs}`,
+      'journal_mode = WAL',
+      `synchronous = ${durability === 'full' ? 'FULL' : 'NORMAL'}`,
+    ];
+    // A Database the caller opened is used at once and left open by close(); a path is opened on first use.
+    this.path = database ? undefined : path;
+    if (database) this.connection = this.connect(database);
+    else if (path !== ':memory:' && !path.startsWith('file:')) mkdirSync(dirname(path), { recursive: true });
   }
 
   /** Creates or upgrades the records table now; the store also does it on first use. */
   async migrate(): Promise<void> {
-    await (prepared.get(this.db) ?? this.prepare(this.db));
+    const { db } = this.connection ?? (await this.open());
+    await (prepared.get(db) ?? this.prepare(db));
   }
 
   async insertOrGet(record: StoredRecord, tx?: unknown, options?: WriteOptions): Promise<InsertResult> {
-    const db = this.target(tx);
+    const own = tx === undefined ? (this.connection ?? (await this.open())) : undefined;
+    const db = own ? own.db : this.target(tx);
     const s = prepared.get(db) ?? (await this.prepare(db));
     // Reading first keeps replays off the write lock; the insert below still decides who claims.
     const existing = fromRow(s.select.get(pick(record)));
@@ -123,7 +130,7 @@ export class SqliteStore implements RecordStore {
       if (!winner) throw new Error('record vanished between insert and read');
       return { inserted: false, record: winner, now };
     };
-    return tx === undefined ? this.writes.push(attempt) : attempt();
+    return own ? own.writes.push(attempt) : attempt();
   }
 
   async update(
@@ -133,7 +140,8 @@ export class SqliteStore implements RecordStore {
     tx?: unknown,
     options?: WriteOptions,
   ): Promise<number | null> {
-    const db = this.target(tx);
+    const own = tx === undefined ? (this.connection ?? (await this.open())) : undefined;
+    const db = own ? own.db : this.target(tx);
     const statement = this.updateStatement(db, prepared.get(db) ?? (await this.prepare(db)), patch, expect);
     // Assigned rather than spread: on Node 20 a spread followed by literal members is ~100x slower.
     const params: Record<string, unknown> = Object.assign(
@@ -157,11 +165,11 @@ export class SqliteStore implements RecordStore {
       }
       return statement.run(params).changes === 1 ? now : null;
     };
-    return tx === undefined ? this.writes.push(attempt) : attempt();
+    return own ? own.writes.push(attempt) : attempt();
   }
 
   async get(id: RecordId, tx?: unknown): Promise<StoredRecord | null> {
-    const db = this.target(tx);
+    const db = tx === undefined ? (this.connection ?? (await this.open())).db : this.target(tx);
     const s = prepared.get(db) ?? (await this.prepare(db));
     return fromRow(s.select.get(pick(id)));
   }
@@ -170,7 +178,8 @@ export class SqliteStore implements RecordStore {
   async list(query: RecordQuery): Promise<RecordPage> {
     const { limit } = query;
     if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError('limit must be a positive whole number');
-    const s = prepared.get(this.db) ?? (await this.prepare(this.db));
+    const { db } = this.connection ?? (await this.open());
+    const s = prepared.get(db) ?? (await this.prepare(db));
     const from = query.cursor === undefined ? undefined : recordFromCursor(query.cursor);
     const after = from ? cursorColumns(query, from) : [];
     if (after === null) return { records: [], cursor: null };
@@ -184,7 +193,7 @@ export class SqliteStore implements RecordStore {
     const key = listShapeKey(shape);
     let statement = s.lists.get(key);
     if (!statement) {
-      statement = this.db.prepare(listRecords(shape));
+      statement = db.prepare(listRecords(shape));
       s.lists.set(key, statement);
     }
     // One row past the page says whether another page follows, so the last page has no cursor.
@@ -203,17 +212,43 @@ export class SqliteStore implements RecordStore {
   }
 
   async purgeExpired(now: number, limit: number): Promise<number> {
-    const s = prepared.get(this.db) ?? (await this.prepare(this.db));
-    return this.writes.push(() => s.purge.run({ now, limit }).changes);
+    const { db, writes } = this.connection ?? (await this.open());
+    const s = prepared.get(db) ?? (await this.prepare(db));
+    return writes.push(() => s.purge.run({ now, limit }).changes);
   }
 
   async close(): Promise<void> {
-    this.writes.flush();
-    if (this.owned) this.db.close();
+    // A store never used has nothing open; one opening now is closed once it is open.
+    const own = this.connection ?? (await this.opening?.catch(() => undefined));
+    if (!own) return;
+    own.writes.flush();
+    if (this.path !== undefined) own.db.close();
   }
 
+  /** Opens the file (once, however many calls arrive meanwhile); a failed open is tried again by the next call. */
+  private open(): Promise<Connection> {
+    if (!this.opening) {
+      const path = this.path as string;
+      this.opening = loadPeer(() => import('better-sqlite3'), 'the SQLite store', ['better-sqlite3@12']).then(
+        ({ default: Database }) => {
+          this.connection = this.connect(new Database(path) as unknown as SqliteDatabase);
+          return this.connection;
+        },
+      );
+      this.opening.catch(() => {
+        this.opening = undefined;
+      });
+    }
+    return this.opening;
+  }
+
+  private connect(db: SqliteDatabase): Connection {
+    for (const pragma of this.pragmas) db.pragma(pragma);
+    return { db, writes: new GroupCommit(db) };
+  }
+
+  /** A caller's open transaction, checked; the store's own connection is not opened for it. */
   private target(tx: unknown): SqliteDatabase {
-    if (tx === undefined) return this.db;
     const db = tx as SqliteDatabase;
     if (typeof db?.prepare !== 'function' || typeof db.inTransaction !== 'boolean')
       throw new InvalidArgumentError('tx must be a better-sqlite3 Database with an open transaction');

@@ -66,7 +66,7 @@ function describeCache(name: string, open: () => Promise<{ db: Db & StatementCac
 }
 
 describeCache('SQLite', async () => {
-  const db = openSqlite(join(dir, 'app.db'));
+  const db = await openSqlite(join(dir, 'app.db'));
   return { db, close: () => db.close() };
 });
 

@@ -610,7 +610,7 @@ for (const { title, open } of selectStores<{ name: StoreName; title: string; ope
     name: 'sqlite',
     title: 'SQLite',
     open: async () => {
-      const db = openSqlite(join(dir, 'app.db'));
+      const db = await openSqlite(join(dir, 'app.db'));
       await db.exec(ddl(''));
       return { db, app: await readSchema(db), close: () => db.close() };
     },

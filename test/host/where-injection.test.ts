@@ -97,7 +97,7 @@ function describeInjection(name: string, open: () => Promise<{ db: Db; app: AppS
 }
 
 describeInjection('SQLite', async () => {
-  const db = openSqlite(join(dir, 'app.db'));
+  const db = await openSqlite(join(dir, 'app.db'));
   await db.exec(ddl(''));
   return { db, app: await readSchema(db), close: () => db.close() };
 });

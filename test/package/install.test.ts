@@ -1,38 +1,40 @@
 /**
- * oncely as a registry user gets it: `npm pack`, installed into an empty folder, then the README's
- * first commands, a scaffolded app served and replayed, every entry point imported with its peer,
+ * oncely as a registry user gets it: `npm pack`, installed into an empty folder alone (commander
+ * only: no native module, no install script, a few MB), every entry point imported with nothing
+ * else, then beside ioredis, then the README's first commands (`oncely init` installs what `oncely
+ * serve` needs), a scaffolded app served and replayed, every entry point imported with its peer,
  * and a user file type-checked under both module resolutions. Catches the next dependency that
- * only a devDependency happened to provide.
+ * only a devDependency happened to provide. One folder serves every step, in this order.
  */
-import { renameSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../support/wait.js';
-import { PKG, packedWorkspace, type Workspace } from './packed.js';
+import { describeFootprint, footprint, PKG, packedWorkspace, type Workspace } from './packed.js';
 
-/** Entry points and the peer each needs to import; `null`: oncely's own dependencies suffice. */
+/** Entry points and the peer each needs to import; `null`: a bare `npm i oncely` suffices. */
 const ENTRIES: Record<string, string | null> = {
   oncely: null,
-  'oncely/sqlite': null,
+  'oncely/sqlite': null, // better-sqlite3 is imported when the store opens its file
   'oncely/postgres': null, // pg is imported when a store connects
   'oncely/redis': null, // ioredis likewise
   'oncely/express': null, // types only; the app brings express
   'oncely/fastify': null,
-  'oncely/hono': null,
-  'oncely/host': null,
+  'oncely/hono': 'hono', // its users have hono
+  'oncely/host': null, // hono, @hono/node-server and tsx are imported when a host is built or an app loaded
   'oncely/flows': null,
   'oncely/db': null,
   'oncely/agent': null,
   'oncely/agent/mcp': 'zod',
   'oncely/agent/ai-sdk': 'ai',
-  'oncely/prometheus': null, // prom-client is a dependency: `oncely serve` answers GET /metrics
+  'oncely/prometheus': null, // prom-client is loaded for its global registry only
   'oncely/brokers': null, // each broker's client is imported when its source or target connects
   'oncely/fetch': null,
   'oncely/koa': null, // types only; the app brings koa
   'oncely/nestjs': '@nestjs/core', // with @nestjs/common, rxjs and reflect-metadata, as any Nest app has
   'oncely/client': null,
   'oncely/mysql': null, // mysql2 is imported when the store opens its own pool
-  'oncely/dashboard': null,
+  'oncely/dashboard': null, // hono when it is built, @hono/node-server when Express or Fastify mounts it
   'oncely/testing': null,
   'oncely/agent/openai-agents': '@openai/agents',
   'oncely/agent/langchain': '@langchain/core',
@@ -75,20 +77,20 @@ const timed = async <T>(label: string, fn: () => Promise<T>): Promise<T> => {
 };
 
 describe('oncely installed from its tarball', () => {
-  it('answers --help, --version and demo with the host modules absent (commands load lazily)', async () => {
-    // Hide what only `serve` needs: the demo and --help must not load it.
-    const hidden = ['hono', '@hono/node-server', 'tsx'].map((p) => join(ws.dir, 'node_modules', p));
-    for (const p of hidden) renameSync(p, `${p}.hidden`);
-    try {
-      const help = await ws.run('npx', ['oncely', '--help']);
-      for (const command of ['demo', 'init', 'serve', 'migrate', 'sign', 'events', 'flows'])
-        expect(help.stdout).toMatch(new RegExp(`^  ${command} .*\\S`, 'm'));
-      expect((await ws.run('npx', ['oncely', '--version'])).stdout.trim()).toBe(PKG.version);
-      const demo = await timed('demo', () => ws.run('npx', ['oncely', 'demo']));
-      expect(demo.stdout).toContain('SMS sent: 1. Ledger lines: 1. Executed once, replayed 2 times.');
-    } finally {
-      for (const p of hidden) renameSync(`${p}.hidden`, p);
-    }
+  it('installs alone: at most 3 packages besides oncely, at most 8 MB, no native module, no install script', () => {
+    const alone = footprint(ws.dir);
+    console.log(describeFootprint('oncely alone', alone, ['oncely']));
+    expect(alone.packages.filter((p) => !p.startsWith('oncely@')).length).toBeLessThanOrEqual(3);
+    expect(alone.bytes).toBeLessThanOrEqual(8e6);
+    expect(alone.native).toEqual([]);
+    expect(alone.scripts).toEqual([]);
+    // npm 11 names every install script it would run (prepare too, for a tarball): none.
+    expect(ws.installed).not.toMatch(/install-scripts/);
+    const installed = JSON.parse(readFileSync(join(ws.dir, 'node_modules/oncely/package.json'), 'utf8')) as {
+      scripts: Record<string, string>;
+    };
+    for (const script of ['preinstall', 'install', 'postinstall', 'prepare'])
+      expect(installed.scripts).not.toHaveProperty(script);
   });
 
   it('lists every entry point of package.json', () => {
@@ -99,15 +101,59 @@ describe('oncely installed from its tarball', () => {
     );
   });
 
-  it('imports every entry point that needs no peer with nothing else installed', async () => {
+  it('imports every entry point that needs no peer with nothing else installed; a use that needs one names its install line', async () => {
     const bare = Object.keys(ENTRIES).filter((e) => ENTRIES[e] === null);
-    const script = bare.map((e) => `await import(${JSON.stringify(e)});`).join('\n');
-    await ws.run('node', ['--input-type=module', '-e', script]);
+    // Then the first use of each peer: its own line, the package and how to install it.
+    const script = `${bare.map((e) => `await import(${JSON.stringify(e)});`).join('\n')}
+const say = (e) => console.log(e.code, e.message);
+const { sqliteStore } = await import('oncely/sqlite');
+await sqliteStore({ path: ':memory:' }).migrate().catch(say);
+await (await import('oncely/db')).openDb(':memory:').catch(say);
+try { (await import('oncely/prometheus')).registerMetrics(); } catch (e) { say(e); }
+await (await import('oncely/dashboard')).dashboard({ url: ':memory:' })(new Request('http://localhost/oncely/')).catch(say);`;
+    const { stdout } = await ws.run('node', ['--input-type=module', '-e', script]);
+    expect(stdout.trim().split('\n')).toEqual([
+      "PACKAGE_MISSING the SQLite store needs 'better-sqlite3': npm install better-sqlite3@12",
+      "PACKAGE_MISSING a SQLite database needs 'better-sqlite3': npm install better-sqlite3@12",
+      "PACKAGE_MISSING registerMetrics needs 'prom-client': npm install prom-client",
+      "PACKAGE_MISSING the dashboard needs 'hono': npm install hono",
+    ]);
+    // The CLI parser is oncely's one dependency: --help and --version answer from a bare install.
+    const help = await ws.run('npx', ['oncely', '--help']);
+    for (const command of ['demo', 'init', 'serve', 'migrate', 'sign', 'events', 'flows'])
+      expect(help.stdout).toMatch(new RegExp(`^  ${command} .*\\S`, 'm'));
+    expect((await ws.run('npx', ['oncely', '--version'])).stdout.trim()).toBe(PKG.version);
+    await expect(ws.run('npx', ['oncely', 'demo'])).rejects.toThrow(
+      "oncely: oncely demo needs 'better-sqlite3': npm install better-sqlite3@12",
+    );
+    await expect(ws.run('npx', ['oncely', 'serve', 'my-app'])).rejects.toThrow(
+      "oncely: the host needs 'tsx' and 'hono' and '@hono/node-server': npm install tsx hono @hono/node-server",
+    );
+  });
+
+  it('installs beside ioredis with no native module and no install script', async () => {
+    const added = await ws.run('npm', [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      `ioredis@${PKG.devDependencies.ioredis}`,
+    ]);
+    const beside = footprint(ws.dir);
+    console.log(describeFootprint('oncely beside ioredis', beside, ['oncely', 'ioredis']));
+    expect(beside.native).toEqual([]);
+    expect(beside.scripts).toEqual([]);
+    expect(`${added.stdout}${added.stderr}`).not.toMatch(/install-scripts/);
   });
 
   it('scaffolds an app with init, serves it, answers one request and replays it; SIGTERM through npx stops it', async () => {
-    const init = await ws.run('npx', ['oncely', 'init', 'my-app']);
+    // The README's first command: init scaffolds, then installs what serve needs beside oncely.
+    const init = await timed('init', () => ws.run('npx', ['oncely', 'init', 'my-app']));
     expect(init.stdout).toContain('created my-app/oncely.config.ts');
+    expect(init.stdout).toContain(
+      'installing what oncely serve needs: npm install better-sqlite3@12 hono@4 @hono/node-server@2 tsx@4 prom-client@15',
+    );
+    console.log(describeFootprint('after oncely init', footprint(ws.dir), ['oncely', 'ioredis']));
     await expect(ws.run('npx', ['oncely', 'init', 'my-app'])).rejects.toThrow(/already exist.*overwrites nothing/);
 
     const server = ws.start('npx', ['oncely', 'serve', 'my-app', '--port', '0']);
@@ -131,7 +177,7 @@ describe('oncely installed from its tarball', () => {
     const bytes = (out: string) => out.slice(out.indexOf('\r\n\r\n'));
     expect(bytes(second.stdout)).toBe(bytes(first.stdout));
     expect(two).toEqual(one);
-    // prom-client came with the package: the host's metrics count the two calls.
+    // init installed prom-client: the host's metrics count the two calls.
     const metrics = await (await fetch(`${base}/metrics`)).text();
     expect(metrics).toMatch(
       /oncely_calls_total\{surface="handler",action="POST orders\.create",outcome="executed"\} 1/,
@@ -181,6 +227,10 @@ describe('oncely installed from its tarball', () => {
       (out) => out.includes('stopping: finishing in-flight work'),
     );
     await expect(fetch(`${base}/v1/health`)).rejects.toThrow();
+
+    // init installed the SQLite driver: the demo runs now.
+    const demo = await timed('demo', () => ws.run('npx', ['oncely', 'demo']));
+    expect(demo.stdout).toContain('SMS sent: 1. Ledger lines: 1. Executed once, replayed 2 times.');
   });
 
   it('imports every entry point with its peer, and a user file type-checks under node16 and bundler resolution', async () => {

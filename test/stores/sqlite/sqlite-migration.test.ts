@@ -18,7 +18,7 @@ const V1_COLUMNS = `tenant, action, key, state, fingerprint, fence, attempts, le
 describe('sqlite records: version 1 to version 2 (settlement, state index)', () => {
   it('a version 1 table with rows gains the settlement column and the state index, and keeps its rows', async () => {
     const path = join(dir, 'v1.db');
-    const v1 = openSqlite(path);
+    const v1 = await openSqlite(path);
     await migrate(v1, { ...RECORD_MIGRATIONS, steps: RECORD_MIGRATIONS.steps.slice(0, 1) });
     const now = Date.now();
     for (const [key, state, result] of [

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -16,12 +16,16 @@ describeConformance('sqlite memory', () => sqliteStore({ path: ':memory:' }));
 describeListing('sqlite file', () => sqliteStore({ path: join(dir, 'listing.db') }), { idOrder: true });
 
 describe('sqlite specifics', () => {
-  it('opens the file in WAL mode with durable commits', () => {
+  it('opens the file in WAL mode with durable commits, on first use', async () => {
     const path = join(dir, 'pragmas.db');
-    sqliteStore({ path });
+    const store = sqliteStore({ path });
+    // Opened on the first call, where better-sqlite3 is loaded (an optional peer), not when built.
+    expect(existsSync(path)).toBe(false);
+    await store.migrate();
     const db = new Database(path);
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
+    await store.close();
   });
 
   it("joins a caller's transaction: the record commits or rolls back with the business writes", async () => {
