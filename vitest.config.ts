@@ -18,9 +18,9 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
-    // Most files wait on services and child processes, not on this process's CPU: two at a time
-    // on the 2-core CI machine (vitest's default is one there) keeps the suite near 10 minutes.
-    maxWorkers: 2,
+    // Most files wait on services and child processes, not on this process's CPU: three at a time
+    // on the 2-core CI machine (vitest's default is one there) keeps both cores busy.
+    maxWorkers: 3,
     minWorkers: 1,
   },
 });

@@ -179,12 +179,12 @@ const schema = freshSchema();
 for (const { name, plan, open } of selectStores([
   {
     name: 'postgres',
-    plan: { workers: 3, flows: 500, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
+    plan: { workers: 3, flows: 300, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
     open: async () => ({ target: `${POSTGRES_URL}?schema=${schema}`, cleanup: () => dropSchema(schema) }),
   },
   {
     name: 'sqlite',
-    plan: { workers: 2, flows: 500, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
+    plan: { workers: 2, flows: 300, minKills: 10, lease: 1_000, concurrency: 16, stepMs: 100, timeout: 90_000 },
     open: async () => ({
       target: join(mkdtempSync(join(tmpdir(), 'oncely-chaos-')), 'flows.db'),
       cleanup: async () => {},

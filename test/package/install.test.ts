@@ -268,6 +268,9 @@ await (await import('oncely/dashboard')).dashboard({ url: ':memory:' })(new Requ
               strict: true,
               noEmit: true,
               types: ['node'],
+              // As bundler apps' own configs have it (Vite's and Next's templates): their file is
+              // checked against oncely's types; the node16 check reads every declaration in full.
+              ...(resolution === 'bundler' ? { skipLibCheck: true } : {}),
             },
             files: [file],
           }),
