@@ -25,6 +25,9 @@ type Job =
 
 const job = JSON.parse(process.argv[2] ?? '{}') as Job;
 const never = new Promise<void>(() => {});
+// The relay's and the inbox's timers are unref'd (they never hold an app's process open), so an
+// idle loop would let this process end before its first round: it lives until it is killed.
+setInterval(() => {}, 60_000);
 const { db, events } = await openQueue(job.db);
 
 if (job.mode === 'inbox') {

@@ -19,6 +19,9 @@ const job = JSON.parse(process.argv[2] ?? '{}') as {
   source: string;
 };
 const die = () => process.kill(process.pid, 'SIGKILL');
+// The relay's and the inbox's timers are unref'd (they never hold an app's process open), so an
+// idle loop would let this process end before its first round: it lives until it is killed.
+setInterval(() => {}, 60_000);
 const db = await openDb(job.db);
 
 if (job.job === 'inbox') {
