@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { sleep } from '../core/backoff.js';
-import { loadPeer } from '../core/peer.js';
+import { loadSqliteDriver } from '../db/sqlite.js';
 import { createOncely } from '../engine/engine.js';
 import { sqliteStore } from '../sqlite/index.js';
 
@@ -25,7 +25,7 @@ export interface DemoReport {
  */
 export async function runDemo(path: string, print: (line: string) => void): Promise<DemoReport> {
   // `npm i oncely` brings no SQLite driver; `oncely init` installs it, as it does for `oncely serve`.
-  const { default: Database } = await loadPeer(() => import('better-sqlite3'), 'oncely demo', ['better-sqlite3@12']);
+  const Database = await loadSqliteDriver('oncely demo');
   for (const suffix of ['', '-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
   const once = await createOncely({
     store: sqliteStore({ path }),

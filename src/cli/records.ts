@@ -6,6 +6,7 @@ import { InvalidArgumentError, OncelyError } from '../core/errors.js';
 import { loadPeer } from '../core/peer.js';
 import { type PublicRecord, parseRecordRef, type RecordId, type RecordState, recordRef } from '../core/record.js';
 import { checkUrl } from '../core/url.js';
+import { loadSqliteDriver } from '../db/sqlite.js';
 import type { ListOptions, Oncely, RecordList, Resolution } from '../engine/engine.js';
 import { storedResolution } from '../host/reconciler.js';
 
@@ -131,8 +132,8 @@ async function openStore(options: StoreOptions) {
   if (POSTGRES_URL.test(target)) return postgresRecords(target, schema);
   // Opening a missing path would create an empty file: a typo must not leave one behind.
   if (!existsSync(target)) throw new InvalidArgumentError(`no database at ${target}`);
-  const [{ default: Database }, { sqliteStore }] = await Promise.all([
-    loadPeer(() => import('better-sqlite3'), 'a SQLite --db', ['better-sqlite3@12']),
+  const [Database, { sqliteStore }] = await Promise.all([
+    loadSqliteDriver('a SQLite --db'),
     import('../sqlite/index.js'),
   ]);
   const probe = new Database(target, { readonly: true, fileMustExist: true });

@@ -26,14 +26,20 @@ function exact(rows: Row[]): Row[] {
 }
 
 /**
+ * The SQLite driver, an optional peer (`npm i oncely` brings none), for `what` to name when it is
+ * missing. At its major: the latest better-sqlite3 needs a newer Node than oncely supports.
+ */
+export async function loadSqliteDriver(what: string): Promise<typeof import('better-sqlite3')> {
+  return (await loadPeer(() => import('better-sqlite3'), what, ['better-sqlite3@12'])).default;
+}
+
+/**
  * SQLite behind one connection. better-sqlite3 is synchronous and a connection has one
  * transaction, so every statement and transaction of the process takes turns through a queue:
  * a statement issued while another caller's transaction is open would silently join it.
  */
 export async function openSqlite(path: string): Promise<Db & StatementCache> {
-  const { default: Database } = await loadPeer(() => import('better-sqlite3'), 'a SQLite database', [
-    'better-sqlite3@12',
-  ]);
+  const Database = await loadSqliteDriver('a SQLite database');
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('busy_timeout = 5000');

@@ -5,9 +5,9 @@ import { recordCursor, recordFromCursor } from '../core/cursor.js';
 import type { Duration } from '../core/duration.js';
 import { durationOption } from '../core/duration-option.js';
 import { InvalidArgumentError } from '../core/errors.js';
-import { loadPeer } from '../core/peer.js';
 import { absoluteRecord, type RecordId, type Settlement, type StoredRecord } from '../core/record.js';
 import { GroupCommit } from '../db/group-commit.js';
+import { loadSqliteDriver } from '../db/sqlite.js';
 import type {
   Expectation,
   InsertResult,
@@ -229,12 +229,10 @@ export class SqliteStore implements RecordStore {
   private open(): Promise<Connection> {
     if (!this.opening) {
       const path = this.path as string;
-      this.opening = loadPeer(() => import('better-sqlite3'), 'the SQLite store', ['better-sqlite3@12']).then(
-        ({ default: Database }) => {
-          this.connection = this.connect(new Database(path) as unknown as SqliteDatabase);
-          return this.connection;
-        },
-      );
+      this.opening = loadSqliteDriver('the SQLite store').then((Database) => {
+        this.connection = this.connect(new Database(path) as unknown as SqliteDatabase);
+        return this.connection;
+      });
       this.opening.catch(() => {
         this.opening = undefined;
       });
